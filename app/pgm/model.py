@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.pgm.domain import Domain
+from app.pgm.domain import Domain, DomainError
 
 FORMAT_VERSION = 1
 
@@ -40,6 +40,29 @@ class GraphicalModel:
         for name in self.domain.attributes:
             if not any(name in clique for clique in self.cliques):
                 raise ValueError(f"attribute {name!r} is in no clique")
+
+    def joint_probabilities(self, max_cells: int = 1_000_000) -> np.ndarray:
+        """The dense normalised joint p(x) over every attribute, axes in domain order.
+
+        Brute force, for tests and tiny domains: refuses (DomainError) when the
+        domain has more than `max_cells` cells rather than exhausting memory.
+        """
+        cells = self.domain.cells()
+        if cells > max_cells:
+            raise DomainError(f"the joint has {cells} cells, more than the cap {max_cells}")
+        log_joint = np.zeros(self.domain.sizes)
+        for clique in self.cliques:
+            axes = [self.domain.index(a) for a in clique]
+            # Move the potential's axes into domain order, then broadcast over the rest.
+            order = sorted(range(len(clique)), key=lambda k: axes[k])
+            theta = np.transpose(self.log_potentials[clique], order)
+            shape = [1] * len(self.domain)
+            for k in order:
+                shape[axes[k]] = self.domain.sizes[axes[k]]
+            log_joint = log_joint + theta.reshape(shape)
+        log_joint -= log_joint.max()
+        joint = np.exp(log_joint)
+        return joint / joint.sum()
 
     def to_bytes(self) -> bytes:
         header = {
