@@ -1,0 +1,140 @@
+"""Belief propagation: exact sum-product on a junction tree, in log space.
+
+`calibrate` turns log-potentials into normalised clique marginals and log Z with two
+passes over the tree (leaves to root, then root to leaves). Everything is whole-array
+numpy: one log-sum-exp per message, no Python loop over cells.
+
+`CalibrationPlan` precomputes, once per tree, the axes each message sums out and the
+shape that broadcasts it into the receiving clique; estimation calls it thousands of
+times per fit, so per-call overhead is kept to the numpy operations themselves.
+
+Potentials may contain -inf (structural zeros): the log-sum-exp guards against
+all -inf slices and the downward pass never subtracts messages, so no NaN arises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from app.pgm.domain import Domain
+from app.pgm.junction_tree import JunctionTree
+
+
+def _logsumexp(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """log Σ exp over `axes` (kept as size-1 axes), safe for slices that are all -inf."""
+    if not axes:
+        return values
+    peak = values.max(axis=axes, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(values - peak).sum(axis=axes, keepdims=True)) + peak
+
+
+def broadcast_shape(domain: Domain, attrs: tuple[str, ...], clique: tuple[str, ...]) -> tuple[int, ...]:
+    """Shape that broadcasts an array over canonical-order `attrs` into `clique`."""
+    present = set(attrs)
+    return tuple(domain.size_of(a) if a in present else 1 for a in clique)
+
+
+def to_clique_layout(
+    domain: Domain, attrs: tuple[str, ...], values: np.ndarray, clique: tuple[str, ...]
+) -> np.ndarray:
+    """An array with axes in `attrs` order, transposed and reshaped to broadcast into `clique`."""
+    canonical = tuple(a for a in clique if a in set(attrs))
+    if len(canonical) != len(attrs):
+        raise KeyError(f"{attrs} is not contained in clique {clique}")
+    aligned = np.transpose(values, [attrs.index(a) for a in canonical])
+    return aligned.reshape(broadcast_shape(domain, canonical, clique))
+
+
+class CalibrationPlan:
+    """Message schedule and broadcast layouts of one junction tree, computed once."""
+
+    def __init__(self, tree: JunctionTree) -> None:
+        self.tree = tree
+        self.shapes = [tree.domain.shape(c) for c in tree.cliques]
+        self.root = tree.root
+        # For each directed edge (sender, receiver): the sender axes to sum out, and the
+        # shape that makes the (keepdims) message broadcast into the receiver.
+        self.sum_axes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.into_shape: dict[tuple[int, int], tuple[int, ...]] = {}
+        for i, j in tree.edges:
+            for s, r in ((i, j), (j, i)):
+                sep = set(tree.separator(s, r))
+                self.sum_axes[(s, r)] = tuple(
+                    k for k, a in enumerate(tree.cliques[s]) if a not in sep
+                )
+                self.into_shape[(s, r)] = broadcast_shape(tree.domain, tree.separator(s, r), tree.cliques[r])
+        self.upward = tree.upward
+        self.downward = tree.downward
+        self.children: list[list[int]] = [[] for _ in tree.cliques]
+        self.parent: list[int | None] = [None] * len(tree.cliques)
+        for child, parent in self.upward:
+            self.children[parent].append(child)
+            self.parent[child] = parent
+
+    def clique_potentials(self, log_potentials: Mapping[tuple[str, ...], np.ndarray]) -> list[np.ndarray]:
+        """Sum potentials over arbitrary contained attribute tuples into per-clique arrays."""
+        tree = self.tree
+        thetas = [np.zeros(shape) for shape in self.shapes]
+        for attrs, values in log_potentials.items():
+            attrs = tuple(attrs)
+            values = np.asarray(values, dtype=float)
+            if values.shape != tree.domain.shape(attrs):
+                raise ValueError(f"potential over {attrs} has shape {values.shape}")
+            k = tree.clique_containing(attrs)
+            thetas[k] = thetas[k] + to_clique_layout(tree.domain, attrs, values, tree.cliques[k])
+        return thetas
+
+    def run(self, thetas: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
+        """Log-beliefs normalised to log-probabilities per clique, and log Z."""
+        messages: dict[tuple[int, int], np.ndarray] = {}
+        # Upward: each child's potential times its children's messages, summed to the separator.
+        for child, parent in self.upward:
+            belief = thetas[child]
+            for grandchild in self.children[child]:
+                belief = belief + messages[(grandchild, child)]
+            msg = _logsumexp(belief, self.sum_axes[(child, parent)])
+            messages[(child, parent)] = msg.reshape(self.into_shape[(child, parent)])
+        # Downward: the parent's potential times every incoming message except the child's.
+        for parent, child in self.downward:
+            belief = thetas[parent]
+            up = self.parent[parent]
+            if up is not None:
+                belief = belief + messages[(up, parent)]
+            for sibling in self.children[parent]:
+                if sibling != child:
+                    belief = belief + messages[(sibling, parent)]
+            msg = _logsumexp(belief, self.sum_axes[(parent, child)])
+            messages[(parent, child)] = msg.reshape(self.into_shape[(parent, child)])
+        beliefs = []
+        for k, theta in enumerate(thetas):
+            belief = theta
+            if self.parent[k] is not None:
+                belief = belief + messages[(self.parent[k], k)]
+            for child in self.children[k]:
+                belief = belief + messages[(child, k)]
+            beliefs.append(belief)
+        root = beliefs[self.root]
+        log_z = float(_logsumexp(root, tuple(range(root.ndim))).reshape(()))
+        return [b - log_z for b in beliefs], log_z
+
+    def marginals(self, thetas: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
+        """Clique probability tables (each summing to 1) and log Z."""
+        log_beliefs, log_z = self.run(thetas)
+        return [np.exp(b) for b in log_beliefs], log_z
+
+
+def calibrate(
+    tree: JunctionTree, log_potentials: Mapping[tuple[str, ...], np.ndarray]
+) -> tuple[dict[tuple[str, ...], np.ndarray], float]:
+    """Normalised clique marginals (axes in clique order) and log Z of exp(Σ θ).
+
+    `log_potentials` maps attribute tuples (each contained in some clique; axes in the
+    tuple's order) to arrays; several may land on one clique and are summed.
+    """
+    plan = CalibrationPlan(tree)
+    marginals, log_z = plan.marginals(plan.clique_potentials(log_potentials))
+    return dict(zip(tree.cliques, marginals)), log_z
