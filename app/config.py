@@ -1,0 +1,106 @@
+"""Settings: every knob of the service, read from `PRIVQ_*` environment variables.
+
+One pydantic-settings class is the only place configuration is read. Code receives a
+`Settings` instance (the API from `app.state`, the CLI and the worker from
+`get_settings()`), never the environment directly, so tests can build their own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Keys that must never guard a production deployment: documentation examples and
+# the obvious placeholders.
+WEAK_ADMIN_KEYS = frozenset({"", "admin", "changeme", "change-me", "secret", "password", "test"})
+MIN_PRODUCTION_ADMIN_KEY_LENGTH = 24
+
+
+def normalise_database_url(url: str) -> str:
+    """Use psycopg 3 for PostgreSQL URLs given without a driver (`postgresql://…`)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+class Settings(BaseSettings):
+    """Configuration of one privq process (API server, worker or CLI command)."""
+
+    model_config = SettingsConfigDict(env_prefix="PRIVQ_", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///./privq.db",
+        description="SQLAlchemy URL; a plain postgresql:// URL uses psycopg 3.",
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="Admin bearer key. Unset: one is generated on first start, "
+        "stored hashed and printed once (not allowed when env=production).",
+    )
+    env: Literal["development", "production", "test"] = "development"
+    max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest CSV upload.")
+    max_marginal_cells: int = Field(
+        default=1_000_000, gt=0, description="Largest marginal a measurement may ask for."
+    )
+    max_model_cells: int = Field(
+        default=10_000_000, gt=0, description="Largest total clique size of a fitted model."
+    )
+    workers_in_process: int | None = Field(
+        default=None,
+        ge=0,
+        description="Worker threads started inside `privq serve`; default 1 on SQLite, 0 otherwise.",
+    )
+    lease_seconds: int = Field(default=300, gt=0, description="How long a claimed job is leased.")
+    auto_migrate: bool | None = Field(
+        default=None,
+        description="Upgrade the schema when the API starts; default on for SQLite only "
+        "(PostgreSQL deployments run `privq migrate`).",
+    )
+    sqlite_busy_timeout_seconds: float = Field(
+        default=30.0, gt=0, description="How long a SQLite writer waits for the lock."
+    )
+    log_level: str = "INFO"
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_url(cls, value: str) -> str:
+        return normalise_database_url(value)
+
+    @model_validator(mode="after")
+    def _refuse_weak_admin_key_in_production(self) -> Settings:
+        if self.env != "production":
+            return self
+        if self.admin_key is None:
+            raise ValueError("PRIVQ_ADMIN_KEY must be set when PRIVQ_ENV=production")
+        key = self.admin_key.get_secret_value()
+        if key.lower() in WEAK_ADMIN_KEYS or len(key) < MIN_PRODUCTION_ADMIN_KEY_LENGTH:
+            raise ValueError(
+                "PRIVQ_ADMIN_KEY is too weak for production: use at least "
+                f"{MIN_PRODUCTION_ADMIN_KEY_LENGTH} random characters "
+                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def effective_workers_in_process(self) -> int:
+        if self.workers_in_process is not None:
+            return self.workers_in_process
+        return 1 if self.is_sqlite else 0
+
+    @property
+    def effective_auto_migrate(self) -> bool:
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,314 @@
+"""Database: the tables (SQLAlchemy 2.0 models) and how sessions are made.
+
+Alembic owns the schema (`app/migrations`); these models are what it compares with.
+`Database` wraps one engine and its session factory:
+
+- `Database.unit_of_work()` — a session that commits once at the end (rolls back on
+  error). Services only flush; whoever opened the unit of work commits.
+- `Database.read_only()` — a session for reads, always rolled back. On SQLite it
+  begins a DEFERRED transaction so it does not hold the write lock.
+
+On SQLite every other transaction begins IMMEDIATE (it takes the database's write
+lock at BEGIN), the file runs in WAL mode and writers wait `busy_timeout` for the
+lock: that is what makes `ledger.charge`'s read-check-write atomic on SQLite. On
+PostgreSQL the same code takes explicit row locks (`SELECT … FOR UPDATE`).
+
+ρ amounts are stored as BigInteger counts of pico-ρ (see `app.services.rho`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Engine,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    create_engine,
+    event,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+# Execution option read by the SQLite BEGIN hook: "IMMEDIATE" (default) or "DEFERRED".
+SQLITE_BEGIN_OPTION = "privq_sqlite_begin"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on both backends (SQLite stores it naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; use datetime.now(UTC)")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+# A 64-bit autoincrementing key: SQLite only autoincrements "INTEGER PRIMARY KEY".
+BigIntegerKey = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    # Deterministic constraint names, so later migrations (and SQLite batch
+    # rebuilds) can refer to them on both backends.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Tenant(Base):
+    """An analyst (or team) holding an API key and grants on datasets."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    # SHA-256 hex of the key: keys are 256-bit random, so a fast hash suffices.
+    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ServiceSecret(Base):
+    """Hashes of secrets the service generated itself (the embedded admin key)."""
+
+    __tablename__ = "service_secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Dataset(Base):
+    """An uploaded table: its public schema and private row count."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200))
+    rows: Mapped[int] = mapped_column(BigInteger)
+    schema_json: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The curator's cap on the sum of all grants' limits; NULL means no cap.
+    rho_total_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DatasetColumn(Base):
+    """One attribute's integer codes, packed (`app.ingest.pack_column`)."""
+
+    __tablename__ = "dataset_columns"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Grant(Base):
+    """A tenant's ρ limit on one dataset; the ledger's entries are charged against it."""
+
+    __tablename__ = "grants"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "dataset_id"),
+        CheckConstraint("rho_limit_units > 0", name="rho_limit_positive"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(36), ForeignKey("tenants.id"), index=True)
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
+    rho_limit_units: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class LedgerEntry(Base):
+    """An append-only ρ movement on a grant: a charge (positive) or a refund (negative)."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        UniqueConstraint("grant_id", "idempotency_key"),
+        CheckConstraint("kind IN ('charge', 'refund')", name="kind"),
+        CheckConstraint(
+            "(kind = 'charge' AND rho_units > 0) OR (kind = 'refund' AND rho_units < 0)",
+            name="sign",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
+    grant_id: Mapped[str] = mapped_column(String(36), ForeignKey("grants.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(String(36), ForeignKey("tenants.id"))
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
+    rho_units: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))
+    # No foreign key: the charge is written before the job row in the same transaction.
+    job_id: Mapped[str | None] = mapped_column(String(36), nullable=True, index=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Job(Base):
+    """A unit of work for the worker (a measurement, a mechanism run, a model fit)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_status_created_at", "status", "created_at"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed')", name="status"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
+    tenant_id: Mapped[str | None] = mapped_column(
+        String(36), ForeignKey("tenants.id"), nullable=True
+    )
+    kind: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    model_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+def is_sqlite_url(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(
+    url: str, *, sqlite_busy_timeout_seconds: float = 30.0, **engine_kwargs: Any
+) -> Engine:
+    """An engine configured for privq: SQLite in WAL mode with IMMEDIATE transactions."""
+    if not is_sqlite_url(url):
+        engine_kwargs.setdefault("pool_pre_ping", True)
+        return create_engine(url, **engine_kwargs)
+
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": sqlite_busy_timeout_seconds},
+        **engine_kwargs,
+    )
+    busy_timeout_ms = int(sqlite_busy_timeout_seconds * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _configure_sqlite(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to the "begin" hook below (pysqlite would
+        # otherwise issue a DEFERRED BEGIN itself, lazily, before DML only).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get(SQLITE_BEGIN_OPTION, "IMMEDIATE")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+class Database:
+    """One engine and its session factories; create one per process (or per test)."""
+
+    def __init__(self, url: str, *, sqlite_busy_timeout_seconds: float = 30.0,
+                 **engine_kwargs: Any) -> None:
+        self.url = url
+        self.is_sqlite = is_sqlite_url(url)
+        self.engine = make_engine(
+            url, sqlite_busy_timeout_seconds=sqlite_busy_timeout_seconds, **engine_kwargs
+        )
+        self.sessionmaker = sessionmaker(bind=self.engine, expire_on_commit=False)
+        read_engine = (
+            self.engine.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"})
+            if self.is_sqlite
+            else self.engine
+        )
+        self.read_sessionmaker = sessionmaker(bind=read_engine, expire_on_commit=False)
+        from app.metrics import install_session_hooks  # metrics counts committed charges
+
+        install_session_hooks(self.sessionmaker)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **engine_kwargs: Any) -> Database:
+        return cls(
+            settings.database_url,
+            sqlite_busy_timeout_seconds=settings.sqlite_busy_timeout_seconds,
+            **engine_kwargs,
+        )
+
+    def session(self) -> Session:
+        """A new read-write session; the caller commits or rolls back and closes it."""
+        return self.sessionmaker()
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[Session]:
+        """A read-write session committed once on success, rolled back on any error."""
+        with self.sessionmaker() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    @contextmanager
+    def read_only(self) -> Iterator[Session]:
+        """A session for reads only; whatever it did is rolled back."""
+        with self.read_sessionmaker() as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
