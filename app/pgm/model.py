@@ -3,17 +3,30 @@
 The distribution is p(x) ∝ exp(Σ_C θ_C(x_C)) over the cliques C of a junction tree;
 counts are N̂·p. This is what estimation returns, what the service persists (as
 bytes, `to_bytes`/`from_bytes`), and what every free query is answered from.
+
+Inference is lazy and cached on the instance: the first query builds the junction
+tree over the cliques and calibrates it by belief propagation once; every marginal,
+factored query and synthetic sample after that reads the calibrated clique marginals
+(`app.pgm.elimination`, `app.pgm.queries`, `app.pgm.sampling`). The log-potentials
+must not be mutated after the first query.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from app.pgm.domain import Domain, DomainError
+from app.pgm.elimination import CalibratedTree, TreePlan
+from app.pgm.junction_tree import JunctionTree, build_junction_tree
+from app.pgm.queries import FactoredQuery, answer_queries, answer_query
+from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
+from app.pgm.sampling import sample_chunks as _sample_chunks
 
 FORMAT_VERSION = 1
 
@@ -40,6 +53,90 @@ class GraphicalModel:
         for name in self.domain.attributes:
             if not any(name in clique for clique in self.cliques):
                 raise ValueError(f"attribute {name!r} is in no clique")
+        # Frozen value, lazily cached inference state: set through object.__setattr__.
+        object.__setattr__(self, "_inference_lock", threading.Lock())
+        object.__setattr__(self, "_calibrated", None)
+        object.__setattr__(self, "_sampler", None)
+
+    # ---- inference ----------------------------------------------------------------
+
+    @property
+    def junction_tree(self) -> JunctionTree:
+        return self.calibrated_tree.tree
+
+    @property
+    def calibrated_tree(self) -> CalibratedTree:
+        """The junction tree calibrated by belief propagation, computed once per model."""
+        calibrated: CalibratedTree | None = self._calibrated  # type: ignore[attr-defined]
+        if calibrated is None:
+            with self._inference_lock:  # type: ignore[attr-defined]
+                calibrated = self._calibrated  # type: ignore[attr-defined]
+                if calibrated is None:
+                    tree = build_junction_tree(self.domain, self.cliques)
+                    calibrated = CalibratedTree.from_potentials(tree, self.log_potentials)
+                    object.__setattr__(self, "_calibrated", calibrated)
+        return calibrated
+
+    @property
+    def log_partition(self) -> float:
+        """log Z of exp(Σ θ_C) (from belief propagation)."""
+        log_z = self.calibrated_tree.log_z
+        assert log_z is not None
+        return log_z
+
+    def plan(self, attrs: Iterable[str], *, max_cells: int | None = None) -> TreePlan:
+        """How the marginal on `attrs` would be computed (see `max_intermediate_cells`)."""
+        return self.calibrated_tree.plan(tuple(attrs), max_cells=max_cells)
+
+    def probabilities(self, attrs: Iterable[str], *, max_cells: int | None = None) -> np.ndarray:
+        """The model's distribution of `attrs` (summing to 1), axes in the order given.
+
+        Raises InferenceTooLarge when an intermediate table would exceed `max_cells`.
+        """
+        return self.calibrated_tree.probabilities(tuple(attrs), max_cells=max_cells)
+
+    def marginal(self, attrs: Iterable[str], *, max_cells: int | None = None) -> np.ndarray:
+        """Estimated counts N̂·p over `attrs`, axes in the order given."""
+        return self.probabilities(attrs, max_cells=max_cells) * self.total
+
+    def answer(self, query: FactoredQuery, *, max_cells: int | None = None) -> np.ndarray:
+        """N̂ · Q p for a factored query: one axis per factor with more than one row."""
+        return answer_query(self.calibrated_tree, query, self.total, max_cells=max_cells)
+
+    def answer_many(
+        self, queries: Sequence[FactoredQuery], *, max_cells: int | None = None
+    ) -> list[np.ndarray]:
+        """Answers of many factored queries, sharing plans and stacking same-shaped ones."""
+        return answer_queries(self.calibrated_tree, queries, self.total, max_cells=max_cells)
+
+    @property
+    def sampler(self) -> TreeSampler:
+        sampler: TreeSampler | None = self._sampler  # type: ignore[attr-defined]
+        if sampler is None:
+            sampler = TreeSampler(self.calibrated_tree)
+            object.__setattr__(self, "_sampler", sampler)
+        return sampler
+
+    def default_rows(self) -> int:
+        return max(int(round(self.total)), 0)
+
+    def sample_chunks(
+        self, rows: int | None = None, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    ) -> Iterator[np.ndarray]:
+        """Synthetic records (integer codes, domain order) in chunks; N̂ rows by default."""
+        count = self.default_rows() if rows is None else rows
+        return _sample_chunks(
+            self.calibrated_tree, count, seed, chunk_rows=chunk_rows, sampler=self.sampler
+        )
+
+    def sample(
+        self, rows: int | None = None, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    ) -> np.ndarray:
+        """Synthetic records drawn exactly from the model: rows × attributes, integer codes."""
+        chunks = list(self.sample_chunks(rows, seed, chunk_rows=chunk_rows))
+        if not chunks:
+            return np.zeros((0, len(self.domain)), dtype=np.int64)
+        return np.concatenate(chunks)
 
     def joint_probabilities(self, max_cells: int = 1_000_000) -> np.ndarray:
         """The dense normalised joint p(x) over every attribute, axes in domain order.
