@@ -279,7 +279,9 @@ class CalibratedTree:
         self.marginals: tuple[np.ndarray, ...] = tuple(tables)
         self.clique_sets: tuple[frozenset[str], ...] = tuple(frozenset(c) for c in self.cliques)
         self.neighbours: tuple[tuple[int, ...], ...] = tuple(
-            tuple(sorted({b for a, b in self.edges if a == i} | {a for a, b in self.edges if b == i}))
+            tuple(
+                sorted({b for a, b in self.edges if a == i} | {a for a, b in self.edges if b == i})
+            )
             for i in range(len(self.cliques))
         )
         self.clique_cells: tuple[int, ...] = tuple(int(t.size) for t in self.marginals)
@@ -305,7 +307,9 @@ class CalibratedTree:
     ) -> CalibratedTree:
         """Calibrate log-potentials on `tree` by belief propagation (log Z kept as `log_z`)."""
         marginals, log_z = calibrate(tree, log_potentials)
-        calibrated = cls(tree.domain, tree.cliques, tree.edges, [marginals[c] for c in tree.cliques])
+        calibrated = cls(
+            tree.domain, tree.cliques, tree.edges, [marginals[c] for c in tree.cliques]
+        )
         calibrated.log_z = log_z
         calibrated.tree = tree
         return calibrated
@@ -400,7 +404,12 @@ class CalibratedTree:
         names = self.check_attributes(attrs)
         keep_t = names if keep is None else tuple(keep)
         extras = tuple(tuple(s) for s in extra_scopes)
-        key = (frozenset(names), extras, keep_t, tuple(sorted((extra_sizes or {}).items(), key=repr)))
+        key = (
+            frozenset(names),
+            extras,
+            keep_t,
+            tuple(sorted((extra_sizes or {}).items(), key=repr)),
+        )
         cached = self._plans.get(key)
         if cached is not None:
             if max_cells is not None and cached.max_intermediate_cells > max_cells:

@@ -121,7 +121,11 @@ class GraphicalModel:
         return max(int(round(self.total)), 0)
 
     def sample_chunks(
-        self, rows: int | None = None, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+        self,
+        rows: int | None = None,
+        seed: int | None = None,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
     ) -> Iterator[np.ndarray]:
         """Synthetic records (integer codes, domain order) in chunks; N̂ rows by default."""
         count = self.default_rows() if rows is None else rows
@@ -130,7 +134,11 @@ class GraphicalModel:
         )
 
     def sample(
-        self, rows: int | None = None, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+        self,
+        rows: int | None = None,
+        seed: int | None = None,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
     ) -> np.ndarray:
         """Synthetic records drawn exactly from the model: rows × attributes, integer codes."""
         chunks = list(self.sample_chunks(rows, seed, chunk_rows=chunk_rows))
@@ -171,7 +179,9 @@ class GraphicalModel:
         }
         arrays = {f"theta_{i}": self.log_potentials[c] for i, c in enumerate(self.cliques)}
         buffer = io.BytesIO()
-        np.savez_compressed(buffer, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays)
+        np.savez_compressed(
+            buffer, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays
+        )
         return buffer.getvalue()
 
     @classmethod
@@ -182,7 +192,9 @@ class GraphicalModel:
                 if header.get("format") != FORMAT_VERSION:
                     raise ModelFormatError(f"unsupported model format {header.get('format')!r}")
                 cliques = tuple(tuple(c) for c in header["cliques"])
-                potentials = {c: np.array(archive[f"theta_{i}"], dtype=float) for i, c in enumerate(cliques)}
+                potentials = {
+                    c: np.array(archive[f"theta_{i}"], dtype=float) for i, c in enumerate(cliques)
+                }
         except (KeyError, ValueError, OSError) as exc:
             if isinstance(exc, ModelFormatError):
                 raise

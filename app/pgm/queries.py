@@ -118,7 +118,9 @@ def indicator(
     chosen = _codes(domain, attribute, codes)
     row = np.zeros((1, _size(domain, attribute)))
     row[0, chosen] = 1.0
-    name = label if label is not None else "in{" + ",".join(str(c) for c in sorted(set(chosen))) + "}"
+    name = (
+        label if label is not None else "in{" + ",".join(str(c) for c in sorted(set(chosen))) + "}"
+    )
     return QueryFactor(attribute, row, "indicator", (name,))
 
 
@@ -168,7 +170,9 @@ def moments(domain: Domain, attribute: str, values: Sequence[float], order: int)
     if int(order) != order or order < 1:
         raise QueryError("the moment order must be a positive integer")
     matrix = np.stack([points**k for k in range(1, int(order) + 1)])
-    return QueryFactor(attribute, matrix, "moments", tuple(f"^{k}" for k in range(1, int(order) + 1)))
+    return QueryFactor(
+        attribute, matrix, "moments", tuple(f"^{k}" for k in range(1, int(order) + 1))
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,7 +222,12 @@ class FactoredQuery:
     @cached_property
     def _layout(
         self,
-    ) -> tuple[tuple[str, ...], tuple[tuple[Variable, ...], ...], tuple[np.ndarray, ...], tuple[Variable, ...]]:
+    ) -> tuple[
+        tuple[str, ...],
+        tuple[tuple[Variable, ...], ...],
+        tuple[np.ndarray, ...],
+        tuple[Variable, ...],
+    ]:
         """(attributes touched, extra factor scopes, their tables, variables kept)."""
         touched: list[str] = []
         scopes: list[tuple[Variable, ...]] = []
@@ -249,7 +258,10 @@ class FactoredQuery:
 
 def _check_domain(tree: CalibratedTree, query: FactoredQuery) -> None:
     for factor in query.factors:
-        if factor.attribute not in tree.domain or tree.domain.size_of(factor.attribute) != factor.size:
+        if (
+            factor.attribute not in tree.domain
+            or tree.domain.size_of(factor.attribute) != factor.size
+        ):
             raise QueryError(f"the query's attribute {factor.attribute!r} does not match the model")
 
 
@@ -284,13 +296,17 @@ def answer_queries(
     for members in groups_by_signature.values():
         first = queries[members[0]]
         touched, scopes, _, keep = first._layout
-        single = tree.plan(touched, scopes, keep, extra_sizes=_row_sizes(first), max_cells=max_cells)
+        single = tree.plan(
+            touched, scopes, keep, extra_sizes=_row_sizes(first), max_cells=max_cells
+        )
         if len(members) == 1 or not scopes:
             # Lone queries, and plain marginals (identical answers), need one run each.
             shared = None if scopes else np.asarray(tree.run(single) * total)
             for index in members:
                 answers[index] = (
-                    shared.copy() if shared is not None else answer_query(tree, queries[index], total, max_cells=max_cells)
+                    shared.copy()
+                    if shared is not None
+                    else answer_query(tree, queries[index], total, max_cells=max_cells)
                 )
             continue
         chunk = max(1, _BATCH_CELLS // max(single.max_intermediate_cells, 1))
