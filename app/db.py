@@ -304,11 +304,10 @@ class Database:
     @contextmanager
     def read_only(self) -> Iterator[Session]:
         """A session for reads only; whatever it did is rolled back."""
+        # Closing returns the connection to the pool, which rolls its transaction back;
+        # unlike Session.rollback() it leaves loaded objects readable.
         with self.read_sessionmaker() as session:
-            try:
-                yield session
-            finally:
-                session.rollback()
+            yield session
 
     def dispose(self) -> None:
         self.engine.dispose()
