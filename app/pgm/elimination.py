@@ -26,6 +26,7 @@ import threading
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
+from typing import Any
 
 import numpy as np
 
@@ -55,40 +56,163 @@ class InferenceTooLarge(ValueError):
 
 @dataclass(frozen=True)
 class EliminationPlan:
-    """A compiled elimination order: einsum steps over numbered slots.
+    """A compiled elimination order: a list of array operations over numbered slots.
 
-    Slots 0..len(scopes)-1 hold the input tables; each step consumes some slots and
-    appends its result as the next slot; `final` combines the survivors into the
-    output with axes in `keep` order.
+    Slots 0..len(scopes)-1 hold the input tables; each operation reads slots and
+    appends its result as the next slot; slot `result` ends up holding the answer
+    with axes in `keep` order. Operations are ("einsum", slots, subscripts, output)
+    for small tables, ("matmul", a, b, layout) for large pairwise contractions (BLAS
+    is an order of magnitude faster than einsum's summation loop there), and
+    ("transpose", slot, axes).
     """
 
     scopes: tuple[tuple[Variable, ...], ...]
     keep: tuple[Variable, ...]
     order: tuple[Variable, ...]
-    steps: tuple[tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]], ...]
-    final: tuple[tuple[int, ...], tuple[tuple[int, ...], ...], tuple[int, ...]]
+    operations: tuple[tuple[Any, ...], ...]
+    result: int
     max_intermediate_cells: int
 
     def execute(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         slots = list(arrays)
-        for operands, subscripts, output in self.steps:
-            slots.append(_einsum(slots, operands, subscripts, output))
-        operands, subscripts, output = self.final
-        return _einsum(slots, operands, subscripts, output)
+        for operation in self.operations:
+            kind = operation[0]
+            if kind == "einsum":
+                _, operands, subscripts, output = operation
+                args: list[Any] = []
+                for slot, subscript in zip(operands, subscripts):
+                    args.append(slots[slot])
+                    args.append(subscript)
+                args.append(output)
+                slots.append(np.asarray(np.einsum(*args)))
+            elif kind == "matmul":
+                _, a, b, (a_sum, a_perm, a_shape, b_sum, b_perm, b_shape, out_shape) = operation
+                left = slots[a]
+                if a_sum:
+                    left = left.sum(axis=a_sum)
+                right = slots[b]
+                if b_sum:
+                    right = right.sum(axis=b_sum)
+                product = np.matmul(
+                    left.transpose(a_perm).reshape(a_shape),
+                    right.transpose(b_perm).reshape(b_shape),
+                )
+                slots.append(product.reshape(out_shape))
+            else:  # "broadcast": a product with no summation, laid out in `keep` order
+                _, operands, layouts = operation
+                product = None
+                for slot, (permutation, shape) in zip(operands, layouts):
+                    table = slots[slot].transpose(permutation).reshape(shape)
+                    product = table if product is None else product * table
+                assert product is not None
+                # (np.ascontiguousarray would turn a 0-d answer into shape (1,).)
+                slots.append(product if product.flags.c_contiguous else product.copy())
+        return slots[self.result]
 
 
-def _einsum(
-    slots: list[np.ndarray],
-    operands: tuple[int, ...],
-    subscripts: tuple[tuple[int, ...], ...],
-    output: tuple[int, ...],
-) -> np.ndarray:
-    args: list[object] = []
-    for slot, subscript in zip(operands, subscripts):
-        args.append(slots[slot])
-        args.append(list(subscript))
-    args.append(list(output))
-    return np.asarray(np.einsum(*args))
+# Pairwise contractions whose joint table reaches this many cells go through matmul.
+_MATMUL_CELLS = 4096
+
+
+class _Compiler:
+    """Emits the operations of a plan, turning each product of tables into pairs."""
+
+    def __init__(
+        self, sizes: Mapping[Variable, int], inputs: int, keep: Sequence[Variable]
+    ) -> None:
+        self.sizes = sizes
+        # Where each kept variable goes in the answer, to orient matmul outputs alike.
+        self.keep_position = {v: k for k, v in enumerate(keep)}
+        self.operations: list[tuple[Any, ...]] = []
+        self.next_slot = inputs
+
+    def cells(self, variables: Iterable[Variable]) -> int:
+        return prod(self.sizes[v] for v in variables)
+
+    def _emit(self, operation: tuple[Any, ...]) -> int:
+        self.operations.append(operation)
+        self.next_slot += 1
+        return self.next_slot - 1
+
+    def einsum(
+        self, items: Sequence[tuple[int, tuple[Variable, ...]]], result: tuple[Variable, ...]
+    ) -> tuple[int, tuple[Variable, ...]]:
+        labels = _local_labels([v for _, axes in items for v in axes] + list(result))
+        slot = self._emit(
+            (
+                "einsum",
+                tuple(s for s, _ in items),
+                tuple([labels[v] for v in axes] for _, axes in items),
+                [labels[v] for v in result],
+            )
+        )
+        return slot, result
+
+    def pair(
+        self,
+        a: tuple[int, tuple[Variable, ...]],
+        b: tuple[int, tuple[Variable, ...]],
+        needed: set[Variable],
+    ) -> tuple[int, tuple[Variable, ...]]:
+        a_set, b_set = set(a[1]), set(b[1])
+        union = a[1] + tuple(v for v in b[1] if v not in a_set)
+        if self.cells(union) < _MATMUL_CELLS:
+            return self.einsum([a, b], tuple(v for v in union if v in needed))
+        # Put first the operand whose own kept variables come first in the answer.
+        first_kept = len(self.keep_position)
+        a_first = min(
+            (self.keep_position.get(v, first_kept) for v in a_set - b_set), default=first_kept
+        )
+        b_first = min(
+            (self.keep_position.get(v, first_kept) for v in b_set - a_set), default=first_kept
+        )
+        if b_first < a_first:
+            a, b, a_set, b_set = b, a, b_set, a_set
+        a_slot, a_axes = a
+        b_slot, b_axes = b
+        batch = tuple(v for v in a_axes if v in b_set and v in needed)
+        summed = tuple(v for v in a_axes if v in b_set and v not in needed)
+        left = tuple(v for v in a_axes if v not in b_set and v in needed)
+        right = tuple(v for v in b_axes if v not in a_set and v in needed)
+        a_sum = tuple(k for k, v in enumerate(a_axes) if v not in b_set and v not in needed)
+        b_sum = tuple(k for k, v in enumerate(b_axes) if v not in a_set and v not in needed)
+        a_rest = [v for v in a_axes if v in b_set or v in needed]
+        b_rest = [v for v in b_axes if v in a_set or v in needed]
+        layout = (
+            a_sum,
+            tuple(a_rest.index(v) for v in batch + left + summed),
+            (self.cells(batch), self.cells(left), self.cells(summed)),
+            b_sum,
+            tuple(b_rest.index(v) for v in batch + summed + right),
+            (self.cells(batch), self.cells(summed), self.cells(right)),
+            tuple(self.sizes[v] for v in batch + left + right),
+        )
+        return self._emit(("matmul", a_slot, b_slot, layout)), batch + left + right
+
+    def product(
+        self, items: Sequence[tuple[int, tuple[Variable, ...]]], needed: set[Variable]
+    ) -> tuple[int, tuple[Variable, ...]]:
+        """Multiply the tables and sum out every variable not in `needed`, two at a time."""
+        pending = list(items)
+        if len(pending) == 1:
+            slot, axes = pending[0]
+            result = tuple(v for v in axes if v in needed)
+            return pending[0] if result == axes else self.einsum(pending, result)
+        while len(pending) > 1:
+            # Join the pair with the smallest joint table first.
+            best: tuple[int, int, int] | None = None
+            for i in range(len(pending)):
+                for j in range(i + 1, len(pending)):
+                    joint = set(pending[i][1]) | set(pending[j][1])
+                    candidate = (self.cells(joint), i, j)
+                    if best is None or candidate < best:
+                        best = candidate
+            assert best is not None
+            _, i, j = best
+            others = [item for k, item in enumerate(pending) if k not in (i, j)]
+            still = set(needed).union(*(set(axes) for _, axes in others))
+            pending = others + [self.pair(pending[i], pending[j], still)]
+        return pending[0]
 
 
 def _local_labels(variables: Iterable[Variable]) -> dict[Variable, int]:
@@ -111,10 +235,11 @@ def plan_elimination(
     """Compile variable elimination of everything but `keep` from a product of tables.
 
     `scopes[i]` names the axes of the i-th table; the plan computes
-    Σ_{variables ∉ keep} Π_i table_i, with axes in `keep` order. The order is greedy:
-    eliminate next the variable whose neighbourhood table (the union of the scopes
-    it appears in) is smallest; every other variable that appears only inside that
-    neighbourhood is summed out in the same step.
+    Σ_{variables ∉ keep} Π_i table_i, with axes in `keep` order. The order is greedy
+    (min-weight): eliminate next the variable whose neighbourhood table (the union of
+    the scopes it appears in) is smallest; every other variable that appears only
+    inside that neighbourhood is summed out in the same step. The largest such
+    neighbourhood, or the answer if larger, is `max_intermediate_cells`.
     """
     scope_list = [tuple(s) for s in scopes]
     keep_t = tuple(keep)
@@ -124,7 +249,8 @@ def plan_elimination(
     for scope in scope_list:
         if len(set(scope)) != len(scope):
             raise ValueError(f"scope {scope} repeats a variable")
-    alive: dict[int, frozenset[Variable]] = {i: frozenset(s) for i, s in enumerate(scope_list)}
+    if not scope_list:
+        raise ValueError("nothing to eliminate from: no factors")
     occurs: dict[Variable, set[int]] = {}
     for i, scope in enumerate(scope_list):
         for v in scope:
@@ -132,17 +258,12 @@ def plan_elimination(
     missing = [v for v in keep_t if v not in occurs]
     if missing:
         raise ValueError(f"variables {missing} are in no factor")
-    # Axes of each live slot, in a fixed order, for the einsum subscripts.
+    compiler = _Compiler(sizes, len(scope_list), keep_t)
+    # Axes of each live slot, in the order its table has them.
     axes: dict[int, tuple[Variable, ...]] = dict(enumerate(scope_list))
-    next_slot = len(scope_list)
-    steps = []
     order: list[Variable] = []
     width = 0
     eliminate = [v for v in occurs if v not in keep_set]
-
-    def cells(variables: Iterable[Variable]) -> int:
-        return prod(sizes[v] for v in variables)
-
     pending = set(eliminate)
     while pending:
         best: tuple[int, int] | None = None
@@ -152,66 +273,60 @@ def plan_elimination(
                 continue
             union: set[Variable] = set()
             for slot in occurs[v]:
-                union |= alive[slot]
-            weight = cells(union)
-            if best is None or (weight, position) < best:
-                best, best_var = (weight, position), v
+                union.update(axes[slot])
+            candidate = (compiler.cells(union), position)
+            if best is None or candidate < best:
+                best, best_var = candidate, v
         assert best is not None
         involved = sorted(occurs[best_var])
-        union_vars: list[Variable] = []
-        seen: set[Variable] = set()
-        for slot in involved:
-            for v in axes[slot]:
-                if v not in seen:
-                    seen.add(v)
-                    union_vars.append(v)
         involved_set = set(involved)
+        union_vars = {v for slot in involved for v in axes[slot]}
         # Sum out, in this one step, every pending variable confined to these tables.
-        gone = [v for v in union_vars if v in pending and occurs[v] <= involved_set]
+        gone = [
+            v for v in eliminate if v in pending and v in union_vars and occurs[v] <= involved_set
+        ]
         gone_set = set(gone)
-        result_axes = tuple(v for v in union_vars if v not in gone_set)
         width = max(width, best[0])
         if max_cells is not None and width > max_cells:
             raise InferenceTooLarge(width, max_cells)
-        labels = _local_labels(union_vars)
-        steps.append(
-            (
-                tuple(involved),
-                tuple(tuple(labels[v] for v in axes[slot]) for slot in involved),
-                tuple(labels[v] for v in result_axes),
-            )
+        slot, result_axes = compiler.product(
+            [(s, axes[s]) for s in involved], union_vars - gone_set
         )
-        for slot in involved:
-            del alive[slot]
-            del axes[slot]
+        for s in involved:
+            del axes[s]
         for v in union_vars:
             occurs[v] -= involved_set
             if v not in gone_set:
-                occurs[v].add(next_slot)
+                occurs[v].add(slot)
         for v in gone:
             pending.discard(v)
             order.append(v)
             del occurs[v]
-        alive[next_slot] = frozenset(result_axes)
-        axes[next_slot] = result_axes
-        next_slot += 1
-    survivors = sorted(alive)
-    labels = _local_labels(list(keep_t) + [v for s in survivors for v in axes[s]])
-    out_cells = cells(keep_t)
-    width = max(width, out_cells)
+        axes[slot] = result_axes
+    width = max(width, compiler.cells(keep_t))
     if max_cells is not None and width > max_cells:
         raise InferenceTooLarge(width, max_cells)
-    final = (
-        tuple(survivors),
-        tuple(tuple(labels[v] for v in axes[s]) for s in survivors),
-        tuple(labels[v] for v in keep_t),
+    # What is left holds only kept variables: multiply it out in `keep` order, the
+    # smallest tables first so the full-size product is written once.
+    survivors = sorted(
+        ((s, axes[s]) for s in axes), key=lambda item: (compiler.cells(item[1]), item[0])
     )
+    if len(survivors) == 1 and survivors[0][1] == keep_t:
+        slot = survivors[0][0]
+    else:
+        layouts = []
+        for _, survivor_axes in survivors:
+            ordered = sorted(survivor_axes, key=keep_t.index)
+            permutation = tuple(survivor_axes.index(v) for v in ordered)
+            shape = tuple(sizes[v] if v in survivor_axes else 1 for v in keep_t)
+            layouts.append((permutation, shape))
+        slot = compiler._emit(("broadcast", tuple(s for s, _ in survivors), tuple(layouts)))
     return EliminationPlan(
         scopes=tuple(scope_list),
         keep=keep_t,
         order=tuple(order),
-        steps=tuple(steps),
-        final=final,
+        operations=tuple(compiler.operations),
+        result=slot,
         max_intermediate_cells=width,
     )
 
@@ -442,21 +557,30 @@ class CalibratedTree:
             self._plans[key] = plan
         return plan
 
-    def run(self, plan: TreePlan, extra_tables: Sequence[np.ndarray] = ()) -> np.ndarray:
+    def run(
+        self, plan: TreePlan, extra_tables: Sequence[np.ndarray] = (), *, scale: float = 1.0
+    ) -> np.ndarray:
+        """Execute a plan; the answer is multiplied by `scale` (e.g. N̂ for counts)."""
         tables = [self._table(source) for source in plan.sources]
-        tables.extend(extra_tables)
+        tables.extend(np.asarray(t, dtype=float) for t in extra_tables)
+        if scale != 1.0:
+            # The product is linear in each table: scaling the smallest one is cheapest.
+            smallest = min(range(len(tables)), key=lambda k: tables[k].size)
+            tables[smallest] = tables[smallest] * scale
         result = plan.elimination.execute(tables)
-        if not result.flags.writeable:
-            # A bare projection can come back as a view of a cached table.
+        if not result.flags.writeable or not result.flags.c_contiguous:
+            # A projection can come back as a view of a cached table, or strided.
             result = result.copy()
         return result
 
     # ---- queries ------------------------------------------------------------------
 
-    def probabilities(self, attrs: Iterable[str], *, max_cells: int | None = None) -> np.ndarray:
-        """The marginal distribution of `attrs`, axes in the order given."""
+    def probabilities(
+        self, attrs: Iterable[str], *, max_cells: int | None = None, scale: float = 1.0
+    ) -> np.ndarray:
+        """The marginal distribution of `attrs` (times `scale`), axes in the order given."""
         names = self.check_attributes(attrs)
-        return self.run(self.plan(names, max_cells=max_cells))
+        return self.run(self.plan(names, max_cells=max_cells), scale=scale)
 
     def contract(
         self,
@@ -465,8 +589,9 @@ class CalibratedTree:
         keep: Sequence[Variable],
         *,
         max_cells: int | None = None,
+        scale: float = 1.0,
     ) -> np.ndarray:
-        """Σ_{x, all but keep} p(x_attrs) Π factors — e.g. a factored query's Q·p."""
+        """scale · Σ_{x, all but keep} p(x_attrs) Π factors — e.g. a factored query's N̂ Q p."""
         scopes = [tuple(s) for s, _ in factors]
         extra_sizes: dict[Variable, int] = {}
         for scope, table in factors:
@@ -474,4 +599,4 @@ class CalibratedTree:
                 if v not in self._sizes:
                     extra_sizes[v] = int(n)
         plan = self.plan(attrs, scopes, keep, extra_sizes=extra_sizes, max_cells=max_cells)
-        return self.run(plan, [t for _, t in factors])
+        return self.run(plan, [t for _, t in factors], scale=scale)

@@ -97,7 +97,9 @@ class GraphicalModel:
 
     def marginal(self, attrs: Iterable[str], *, max_cells: int | None = None) -> np.ndarray:
         """Estimated counts N̂·p over `attrs`, axes in the order given."""
-        return self.probabilities(attrs, max_cells=max_cells) * self.total
+        return self.calibrated_tree.probabilities(
+            tuple(attrs), max_cells=max_cells, scale=self.total
+        )
 
     def answer(self, query: FactoredQuery, *, max_cells: int | None = None) -> np.ndarray:
         """N̂ · Q p for a factored query: one axis per factor with more than one row."""

@@ -271,8 +271,7 @@ def answer_query(
     """total · Q p for one query (axes: the query's factors with more than one row)."""
     _check_domain(tree, query)
     touched, scopes, tables, keep = query._layout
-    result = tree.contract(touched, list(zip(scopes, tables)), keep, max_cells=max_cells)
-    return np.asarray(result * total)
+    return tree.contract(touched, list(zip(scopes, tables)), keep, max_cells=max_cells, scale=total)
 
 
 def answer_queries(
@@ -301,7 +300,7 @@ def answer_queries(
         )
         if len(members) == 1 or not scopes:
             # Lone queries, and plain marginals (identical answers), need one run each.
-            shared = None if scopes else np.asarray(tree.run(single) * total)
+            shared = None if scopes else tree.run(single, scale=total)
             for index in members:
                 answers[index] = (
                     shared.copy()
@@ -319,7 +318,7 @@ def answer_queries(
             ]
             sizes = {**_row_sizes(first), batch_axis: len(part)}
             plan = tree.plan(touched, batch_scopes, (batch_axis,) + keep, extra_sizes=sizes)
-            result = tree.run(plan, stacked) * total
+            result = tree.run(plan, stacked, scale=total)
             for offset, index in enumerate(part):
                 answers[index] = result[offset]
     assert all(a is not None for a in answers)
