@@ -53,10 +53,22 @@ class GraphicalModel:
         for name in self.domain.attributes:
             if not any(name in clique for clique in self.cliques):
                 raise ValueError(f"attribute {name!r} is in no clique")
+        self._reset_caches()
+
+    def _reset_caches(self) -> None:
         # Frozen value, lazily cached inference state: set through object.__setattr__.
         object.__setattr__(self, "_inference_lock", threading.Lock())
         object.__setattr__(self, "_calibrated", None)
         object.__setattr__(self, "_sampler", None)
+
+    def __getstate__(self) -> dict[str, object]:
+        # Pickle (and copy) the value only; caches and the lock are rebuilt lazily.
+        return {f: getattr(self, f) for f in ("domain", "cliques", "log_potentials", "total")}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        self._reset_caches()
 
     # ---- inference ----------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import threading
 
 import numpy as np
@@ -94,3 +96,10 @@ def test_serialisation_round_trip_preserves_answers() -> None:
     )
     np.testing.assert_allclose(restored.answer(query), model.answer(query), rtol=1e-12)
     np.testing.assert_array_equal(restored.sample(rows=300, seed=2), model.sample(rows=300, seed=2))
+
+
+def test_pickled_and_copied_models_answer_alike() -> None:
+    model = random_model("tree", 6)
+    model.probabilities(("a",))  # the cache holds a lock, which must not be pickled
+    for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model), copy.copy(model)):
+        np.testing.assert_allclose(clone.marginal(("b", "d")), model.marginal(("b", "d")))
