@@ -344,7 +344,9 @@ def eliminate(
         for v, n in zip(scope, np.shape(table)):
             scope_sizes.setdefault(v, n)
     plan = plan_elimination([s for s, _ in factors], scope_sizes, keep, max_cells=max_cells)
-    return plan.execute([np.asarray(t, dtype=float) for _, t in factors])
+    result = plan.execute([np.asarray(t, dtype=float) for _, t in factors])
+    # Never hand back (a view of) a caller's own table.
+    return result.copy() if plan.result < len(factors) else result
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ class TreePlan:
     """A cached query plan on a calibrated tree: which tables feed which elimination."""
 
     subtree: tuple[int, ...]
-    # ("marginal", clique) or ("conditional", clique, parent) for each tree factor.
+    # (clique,) for the root's marginal, (clique, parent) for a conditional μ_C / μ_S.
     sources: tuple[tuple[int, ...], ...]
     elimination: EliminationPlan
 

@@ -34,6 +34,29 @@ def test_generic_elimination_matches_full_product(seed: int) -> None:
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_large_pairwise_contractions_match_einsum(seed: int) -> None:
+    # Tables big enough for the BLAS (matmul) path, with shared kept variables (batch
+    # axes), shared summed ones, and private ones summed before the product.
+    rng = np.random.default_rng(seed)
+    sizes = {"p": 16, "q": 12, "r": 16, "s": 8, "t": 6, "u": 16}
+    scopes = [("p", "q", "s"), ("s", "r", "t", "q"), ("u", "r"), ("t", "p")]
+    factors = [(scope, rng.random(tuple(sizes[v] for v in scope))) for scope in scopes]
+    keep = tuple(str(v) for v in rng.permutation(["p", "q", "r", "u"])[: 2 + seed % 3])
+    plan = plan_elimination(scopes, sizes, keep)
+    assert any(op[0] == "matmul" for op in plan.operations)
+    spec = ",".join("".join(s) for s in scopes) + "->" + "".join(keep)
+    expected = np.einsum(spec, *[t for _, t in factors])
+    np.testing.assert_allclose(plan.execute([t for _, t in factors]), expected, rtol=1e-12)
+
+
+def test_eliminate_does_not_alias_its_inputs() -> None:
+    table = np.arange(6.0).reshape(2, 3)
+    result = eliminate([(("a", "b"), table)], ("a", "b"))
+    result[...] = 0
+    assert table.sum() == 15.0
+
+
 def test_generic_plan_picks_a_narrow_order_on_a_chain() -> None:
     # Eliminating a chain from its ends keeps every table at two variables (9 cells);
     # a bad order (middle first) would join three.
