@@ -24,7 +24,7 @@ import numpy as np
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import CalibratedTree, TreePlan
 from app.pgm.junction_tree import JunctionTree, build_junction_tree
-from app.pgm.queries import FactoredQuery, answer_queries, answer_query
+from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
 from app.pgm.sampling import sample_chunks as _sample_chunks
 
@@ -99,6 +99,10 @@ class GraphicalModel:
     def plan(self, attrs: Iterable[str], *, max_cells: int | None = None) -> TreePlan:
         """How the marginal on `attrs` would be computed (see `max_intermediate_cells`)."""
         return self.calibrated_tree.plan(tuple(attrs), max_cells=max_cells)
+
+    def query_plan(self, query: FactoredQuery, *, max_cells: int | None = None) -> TreePlan:
+        """How a factored query would be computed (see `max_intermediate_cells`)."""
+        return plan_query(self.calibrated_tree, query, max_cells=max_cells)
 
     def probabilities(self, attrs: Iterable[str], *, max_cells: int | None = None) -> np.ndarray:
         """The model's distribution of `attrs` (summing to 1), axes in the order given.

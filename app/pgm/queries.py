@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from app.pgm.domain import Domain, DomainError
-from app.pgm.elimination import CalibratedTree, Variable
+from app.pgm.elimination import CalibratedTree, TreePlan, Variable
 
 KINDS = ("identity", "ones", "indicator", "prefix", "groups", "weights", "moments")
 
@@ -263,6 +263,15 @@ def _check_domain(tree: CalibratedTree, query: FactoredQuery) -> None:
             or tree.domain.size_of(factor.attribute) != factor.size
         ):
             raise QueryError(f"the query's attribute {factor.attribute!r} does not match the model")
+
+
+def plan_query(
+    tree: CalibratedTree, query: FactoredQuery, *, max_cells: int | None = None
+) -> TreePlan:
+    """The (cached) elimination plan of a query: see `max_intermediate_cells`."""
+    _check_domain(tree, query)
+    touched, scopes, _, keep = query._layout
+    return tree.plan(touched, scopes, keep, extra_sizes=_row_sizes(query), max_cells=max_cells)
 
 
 def answer_query(
