@@ -29,6 +29,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     DateTime,
+    Float,
     Engine,
     ForeignKey,
     Index,
@@ -311,3 +312,65 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+class MeasurementRecord(Base):
+    """One released noisy marginal: drawn once, stored before anything uses it.
+
+    `values` are the noisy integer counts (int64, row-major over `attributes` in the
+    order stored), packed with `app.ingest.pack_column`. A plain measurement job has
+    one row per requested marginal (`position` 0..k−1); a mechanism job one row per
+    round, with the round's selection details in `details`.
+    """
+
+    __tablename__ = "measurements"
+    __table_args__ = (
+        UniqueConstraint("job_id", "position"),
+        CheckConstraint("noise IN ('gaussian', 'laplace')", name="noise"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
+    job_id: Mapped[str] = mapped_column(String(36), ForeignKey("jobs.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    attributes: Mapped[list[str]] = mapped_column(JSON)
+    noise: Mapped[str] = mapped_column(String(16))
+    # σ (Gaussian) or b (Laplace) of the noise on the counts: public.
+    scale: Mapped[float] = mapped_column(Float)
+    rho_units: Mapped[int] = mapped_column(BigInteger)
+    values: Mapped[bytes] = mapped_column(LargeBinary)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ModelVersion(Base):
+    """A fitted model of a dataset: version N+1 covers every measurement up to `high_water`."""
+
+    __tablename__ = "model_versions"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("datasets.id"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    cliques: Mapped[list[list[str]]] = mapped_column(JSON)
+    # The largest measurement id the fit included, and how many measurements that was.
+    high_water: Mapped[int] = mapped_column(BigInteger)
+    measurement_count: Mapped[int] = mapped_column(Integer)
+    solver: Mapped[str] = mapped_column(String(32))
+    iterations: Mapped[int] = mapped_column(Integer)
+    loss: Mapped[float] = mapped_column(Float)
+    seconds: Mapped[float] = mapped_column(Float)
+    fitted_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class FitLock(Base):
+    """Who is fitting a dataset's model now: one fit per dataset at a time, leased."""
+
+    __tablename__ = "fit_locks"
+
+    dataset_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("datasets.id"), primary_key=True
+    )
+    owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
