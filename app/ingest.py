@@ -292,17 +292,17 @@ class _Offence:
 
 def _read_header(reader: Any, schema: DatasetSchema) -> list[int]:
     """File column index of each schema attribute, schema order."""
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise IngestError("empty_file", "the file is empty (no header row)") from None
-    except csv.Error as exc:
-        raise IngestError("bad_csv", f"malformed CSV on line 1 (the header): {exc}") from None
-    while not header:  # blank lines before the header
+    header: list[str] = []
+    while not header:  # blank lines before the header are skipped
         try:
             header = next(reader)
         except StopIteration:
             raise IngestError("empty_file", "the file is empty (no header row)") from None
+        except csv.Error as exc:
+            line = reader.line_num
+            raise IngestError(
+                "bad_csv", f"malformed CSV on line {line} (the header): {exc}", {"line": line}
+            ) from None
     header_line = reader.line_num
     names = [cell.strip() for cell in header]
     if any(_has_undecodable_bytes(n) for n in names):
@@ -528,8 +528,11 @@ def unpack_column(blob: bytes) -> np.ndarray:
     magic, dtype_text, length = _PACK_HEADER.unpack_from(blob)
     if magic != _PACK_MAGIC:
         raise ValueError("not a packed column (bad magic)")
-    dtype = np.dtype(dtype_text.rstrip(b"\0").decode("ascii"))
-    raw = zlib.decompress(blob[_PACK_HEADER.size :])
+    try:
+        dtype = np.dtype(dtype_text.rstrip(b"\0").decode("ascii"))
+        raw = zlib.decompress(blob[_PACK_HEADER.size :])
+    except (TypeError, UnicodeDecodeError, zlib.error) as exc:
+        raise ValueError(f"packed column is corrupt ({exc})") from None
     if len(raw) != length * dtype.itemsize:
         raise ValueError("packed column is corrupt (length mismatch)")
     return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))
