@@ -1,0 +1,99 @@
+"""The HTTP API: `create_app(settings)` builds the FastAPI application.
+
+Start-up (the lifespan) upgrades the schema when `auto_migrate` is on (the embedded
+SQLite default), generates and prints the admin key if none is configured or stored,
+and starts the in-process workers; shutdown stops them and closes the pool.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import pkgutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from app.api.errors import install_error_handlers
+from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
+from app.api import routers as routers_package
+from app.config import Settings, get_settings
+from app.db import Database
+from app.logs import configure_logging
+from app.services import tenants as tenant_service
+
+logger = logging.getLogger("privq.api")
+
+# Multipart framing and the small form fields around the CSV file.
+UPLOAD_ENVELOPE_BYTES = 1024 * 1024
+
+
+
+def discover_routers() -> list[APIRouter]:
+    """The `router` of every module in `app/api/routers/`: a new resource is a new file."""
+    found = []
+    for module_info in sorted(pkgutil.iter_modules(routers_package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{routers_package.__name__}.{module_info.name}")
+        router = getattr(module, "router", None)
+        if isinstance(router, APIRouter):
+            found.append(router)
+    return found
+
+
+def announce_admin_key(database: Database, settings: Settings) -> str | None:
+    """Generate, store and print the admin key if none is configured or stored yet."""
+    if settings.admin_key is not None:
+        return None
+    with database.unit_of_work() as session:
+        admin_key = tenant_service.ensure_generated_admin_key(session)
+    if admin_key is not None:
+        # Printed once, to stdout, for the operator; only its hash is stored.
+        print(
+            f"privq: generated admin key (shown only now; keep it): {admin_key}", flush=True
+        )
+    return admin_key
+
+
+def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    configure_logging(settings.log_level)
+    database = database or Database.from_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.effective_auto_migrate:
+            from app.migrations import upgrade_to_head
+
+            upgrade_to_head(settings.database_url)
+        announce_admin_key(database, settings)
+        stop_workers: Callable[[], None] | None = None
+        worker_count = settings.effective_workers_in_process
+        if worker_count > 0:
+            from app.worker import start_embedded_workers  # lazy: the worker is optional here
+
+            stop_workers = start_embedded_workers(worker_count, settings)
+        try:
+            yield
+        finally:
+            if stop_workers is not None:
+                stop_workers()
+            database.dispose()
+
+    app = FastAPI(
+        title="privq",
+        version="0.1.0",
+        summary="Privacy-budgeted query answering over sensitive tabular data (zCDP + Private-PGM).",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.database = database
+    install_error_handlers(app)
+    app.add_middleware(
+        UploadSizeLimitMiddleware,
+        max_body_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
+    )
+    app.add_middleware(ObservabilityMiddleware)  # outermost: sees every response
+    for router in discover_routers():
+        app.include_router(router)
+    return app

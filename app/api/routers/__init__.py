@@ -1,0 +1,1 @@
+"""One router per resource; `app.api.create_app` gathers them."""

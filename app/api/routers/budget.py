@@ -1,0 +1,78 @@
+"""Budget and ledger: what a grant allows, has spent and has left; every ledger entry.
+
+A tenant reads its own grant. The admin reads any grant by naming `tenant_id`, and
+the whole ledger of a dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api.deps import PrincipalDep, SessionDep
+from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
+from app.errors import InvalidRequest
+from app.privacy.accounting import epsilon_from_rho
+from app.services import datasets as dataset_service
+from app.services import ledger
+from app.services.rho import units_to_decimal_str, units_to_rho
+
+router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["budget"])
+
+DEFAULT_DELTA = 1e-6
+
+
+@router.get(
+    "/budget",
+    response_model=BudgetOut,
+    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+)
+def read_budget(
+    dataset_id: str,
+    session: SessionDep,
+    principal: PrincipalDep,
+    delta: Annotated[float, Query(gt=0, lt=1, description="δ for the (ε, δ) report.")] = DEFAULT_DELTA,
+    tenant_id: Annotated[
+        str | None, Query(description="Admin only: whose grant to read.")
+    ] = None,
+) -> BudgetOut:
+    """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
+    if principal.tenant is not None:
+        if tenant_id is not None and tenant_id != principal.tenant.id:
+            raise InvalidRequest("tenant_id may only be given with the admin key")
+        tenant_id = principal.tenant.id
+    elif tenant_id is None:
+        raise InvalidRequest("with the admin key, name the grant's tenant: ?tenant_id=…")
+    grant_budget = ledger.budget(session, tenant_id=tenant_id, dataset_id=dataset_id)
+    spent, limit = grant_budget.spent_units, grant_budget.limit_units
+    return BudgetOut(
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        rho_limit=units_to_rho(limit),
+        rho_spent=units_to_rho(spent),
+        rho_remaining=units_to_rho(grant_budget.remaining_units),
+        epsilon=epsilon_from_rho(units_to_rho(spent), delta),
+        epsilon_limit=epsilon_from_rho(units_to_rho(limit), delta),
+        delta=delta,
+        rho_limit_exact=units_to_decimal_str(limit),
+        rho_spent_exact=units_to_decimal_str(spent),
+        rho_remaining_exact=units_to_decimal_str(grant_budget.remaining_units),
+    )
+
+
+@router.get(
+    "/ledger",
+    response_model=list[LedgerEntryOut],
+    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+)
+def read_ledger(
+    dataset_id: str, session: SessionDep, principal: PrincipalDep
+) -> list[LedgerEntryOut]:
+    """Every charge and refund, oldest first: all of them for the admin, a tenant's own otherwise."""
+    tenant_id = None if principal.tenant is None else principal.tenant.id
+    dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    return [
+        LedgerEntryOut.of(entry)
+        for entry in ledger.entries(session, dataset_id=dataset_id, tenant_id=tenant_id)
+    ]

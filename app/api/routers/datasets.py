@@ -1,0 +1,95 @@
+"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted ones)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, UploadFile, status
+
+from app.api.deps import AdminAuth, PrincipalDep, SessionDep, SettingsDep
+from app.api.schemas import DatasetOut, ErrorOut
+from app.services import datasets as dataset_service
+from app.services.rho import rho_units
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+SCHEMA_EXAMPLE = json.dumps(
+    {
+        "attributes": [
+            {"name": "sex", "type": "categorical", "values": ["F", "M"]},
+            {"name": "age", "type": "numeric", "bins": [0, 18, 30, 45, 65, 120]},
+        ]
+    }
+)
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    responses={
+        413: {"model": ErrorOut, "description": "The file exceeds PRIVQ_MAX_UPLOAD_BYTES."},
+        422: {"model": ErrorOut, "description": "Bad schema, or a CSV value outside it."},
+    },
+)
+def upload_dataset(
+    file: Annotated[UploadFile, File(description="CSV with a header row.")],
+    schema_text: Annotated[
+        str,
+        Form(
+            alias="schema",
+            description='The public schema as JSON: {"attributes": [...]} or a size map '
+            '{"age": 85, "sex": 2} (integer codes 0..size-1).',
+            examples=[SCHEMA_EXAMPLE, '{"age": 85, "sex": 2}'],
+        ),
+    ],
+    name: Annotated[str, Form(max_length=200, examples=["adult"])],
+    session: SessionDep,
+    settings: SettingsDep,
+    _admin: AdminAuth,
+    rho_total: Annotated[
+        str | None,
+        Form(description="Optional cap on the ρ of all grants together.", examples=["2.0"]),
+    ] = None,
+) -> DatasetOut:
+    """Upload a CSV: validated against the schema row by row, encoded and stored; nothing
+    is stored if any value is outside the schema (the error names the column and lines)."""
+    # The JSON text itself, so the parser also catches duplicate keys.
+    dataset_schema = dataset_service.parse_dataset_schema(schema_text)
+    rho_total_units = (
+        None if rho_total in (None, "") else rho_units(rho_total, field="rho_total")
+    )
+    dataset = dataset_service.create_dataset(
+        session,
+        name=name,
+        schema=dataset_schema,
+        stream=file.file,  # type: ignore[arg-type]
+        rho_total_units=rho_total_units,
+        max_bytes=settings.max_upload_bytes,
+    )
+    return DatasetOut.of(dataset, for_admin=True)
+
+
+@router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
+def list_datasets(session: SessionDep, principal: PrincipalDep) -> list[DatasetOut]:
+    """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
+    tenant_id = None if principal.tenant is None else principal.tenant.id
+    return [
+        DatasetOut.of(dataset, for_admin=principal.is_admin)
+        for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
+    ]
+
+
+@router.get(
+    "/{dataset_id}",
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+)
+def read_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+    """The dataset's public schema. Its exact row count is private: only the admin sees it."""
+    tenant_id = None if principal.tenant is None else principal.tenant.id
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    return DatasetOut.of(dataset, for_admin=principal.is_admin)

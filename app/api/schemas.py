@@ -1,0 +1,151 @@
+"""API schemas: the JSON bodies the HTTP API accepts and returns (pydantic v2).
+
+Request bodies forbid unknown fields (422) and carry an OpenAPI example each. These
+are not the tables: `app.db` models are converted here explicitly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.db import Dataset, Grant, LedgerEntry, Tenant
+from app.services.rho import units_to_decimal_str, units_to_rho
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TenantCreate(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "census-analysts"}]}
+    )
+    name: str = Field(min_length=1, max_length=200, description="Unique tenant name.")
+
+
+class TenantOut(BaseModel):
+    id: str
+    name: str
+    key_prefix: str = Field(description="First characters of the API key, to recognise it.")
+    created_at: datetime
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantOut:
+        return cls(
+            id=tenant.id, name=tenant.name, key_prefix=tenant.key_prefix,
+            created_at=tenant.created_at,
+        )
+
+
+class TenantCreated(TenantOut):
+    api_key: str = Field(description="The tenant's bearer key. Shown only in this response.")
+
+
+class GrantCreate(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"tenant_id": "6f1c2b3a-0d4e-4f5a-9b8c-7d6e5f4a3b2c", "rho": 0.5}]
+        },
+    )
+    tenant_id: str = Field(min_length=1, max_length=36)
+    rho: float | str = Field(
+        description="The tenant's ρ limit on this dataset: positive, at most 12 decimal places."
+    )
+
+
+class GrantOut(BaseModel):
+    id: str
+    tenant_id: str
+    dataset_id: str
+    rho_limit: float
+    rho_limit_exact: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, grant: Grant) -> GrantOut:
+        return cls(
+            id=grant.id, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
+            rho_limit=units_to_rho(grant.rho_limit_units),
+            rho_limit_exact=units_to_decimal_str(grant.rho_limit_units),
+            created_at=grant.created_at,
+        )
+
+
+class DatasetOut(BaseModel):
+    id: str
+    name: str
+    attributes: list[dict[str, Any]] = Field(description="The public schema, in column order.")
+    rows: int | None = Field(
+        default=None, description="Exact row count: shown to the admin (curator) only."
+    )
+    rho_total: float | None = Field(
+        default=None, description="Curator's cap on all grants together (admin view only)."
+    )
+    created_at: datetime
+
+    @classmethod
+    def of(cls, dataset: Dataset, *, for_admin: bool) -> DatasetOut:
+        return cls(
+            id=dataset.id,
+            name=dataset.name,
+            attributes=list(dataset.schema_json.get("attributes", [])),
+            rows=dataset.rows if for_admin else None,
+            rho_total=(
+                units_to_rho(dataset.rho_total_units)
+                if for_admin and dataset.rho_total_units is not None
+                else None
+            ),
+            created_at=dataset.created_at,
+        )
+
+
+class BudgetOut(BaseModel):
+    dataset_id: str
+    tenant_id: str
+    rho_limit: float
+    rho_spent: float
+    rho_remaining: float
+    epsilon: float = Field(description="(ε, δ)-DP of the ρ spent so far, tight CKS conversion.")
+    epsilon_limit: float = Field(description="ε of the whole limit, at the same δ.")
+    delta: float
+    rho_limit_exact: str
+    rho_spent_exact: str
+    rho_remaining_exact: str
+
+
+class LedgerEntryOut(BaseModel):
+    id: int
+    tenant_id: str
+    kind: Literal["charge", "refund"]
+    rho: float = Field(description="Positive for a charge, negative for a refund.")
+    rho_exact: str
+    job_id: str | None
+    description: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> LedgerEntryOut:
+        return cls(
+            id=entry.id, tenant_id=entry.tenant_id, kind=entry.kind,  # type: ignore[arg-type]
+            rho=units_to_rho(entry.rho_units), rho_exact=units_to_decimal_str(entry.rho_units),
+            job_id=entry.job_id, description=entry.description, created_at=entry.created_at,
+        )
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    database: Literal["ok"]
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorDetail

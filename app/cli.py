@@ -1,0 +1,117 @@
+"""The `privq` command: serve | worker | migrate | admin create-tenant.
+
+- `privq serve` — the API with uvicorn; on SQLite (the default) it upgrades the
+  schema itself and runs one worker thread in the same process.
+- `privq worker` — a standalone worker process (scale-out, PostgreSQL).
+- `privq migrate` — upgrade the database schema to the latest revision.
+- `privq admin create-tenant NAME` — create a tenant and print its id and API key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from app.config import Settings, get_settings
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from app.api import create_app
+
+    if args.workers_in_process is not None:
+        settings = settings.model_copy(update={"workers_in_process": args.workers_in_process})
+    app = create_app(settings)
+    # The app's own JSON request log replaces uvicorn's access log.
+    uvicorn.run(app, host=args.host, port=args.port, access_log=False)
+    return 0
+
+
+def _worker(_args: argparse.Namespace, settings: Settings) -> int:
+    from app.logs import configure_logging
+    from app.worker import run_worker  # lazy: only this command needs the worker
+
+    configure_logging(settings.log_level)
+    run_worker(settings)
+    return 0
+
+
+def _migrate(_args: argparse.Namespace, settings: Settings) -> int:
+    from app.migrations import upgrade_to_head
+
+    upgrade_to_head(settings.database_url)
+    print("privq: database schema is up to date")
+    return 0
+
+
+def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    from app.db import Database
+    from app.errors import PrivqError
+    from app.migrations import upgrade_to_head
+    from app.services import tenants as tenant_service
+
+    if settings.effective_auto_migrate:
+        upgrade_to_head(settings.database_url)
+    database = Database.from_settings(settings)
+    try:
+        with database.unit_of_work() as session:
+            tenant, api_key = tenant_service.create_tenant(session, name=args.name)
+    except PrivqError as error:
+        print(f"privq: {error.message}", file=sys.stderr)
+        return 1
+    finally:
+        database.dispose()
+    print(f"tenant_id: {tenant.id}")
+    print(f"api_key:   {api_key}")
+    print("(the key is shown only now; only its hash is stored)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="privq", description="Privacy-budgeted query answering service."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP API (and in-process workers)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--workers-in-process",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker threads inside the API process (default: 1 on SQLite, 0 otherwise)",
+    )
+    serve.set_defaults(handler=_serve)
+
+    worker = commands.add_parser("worker", help="run a job worker until interrupted")
+    worker.set_defaults(handler=_worker)
+
+    migrate = commands.add_parser("migrate", help="upgrade the database schema")
+    migrate.set_defaults(handler=_migrate)
+
+    admin = commands.add_parser("admin", help="administrative commands")
+    admin_commands = admin.add_subparsers(dest="admin_command", required=True)
+    create_tenant = admin_commands.add_parser(
+        "create-tenant", help="create a tenant and print its API key"
+    )
+    create_tenant.add_argument("name")
+    create_tenant.set_defaults(handler=_create_tenant)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = get_settings()
+    except ValueError as error:  # pydantic's ValidationError: bad PRIVQ_* configuration
+        print(f"privq: invalid configuration: {error}", file=sys.stderr)
+        return 2
+    return int(args.handler(args, settings))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
