@@ -8,8 +8,10 @@ numpy: one log-sum-exp per message, no Python loop over cells.
 shape that broadcasts it into the receiving clique; estimation calls it thousands of
 times per fit, so per-call overhead is kept to the numpy operations themselves.
 
-Potentials may contain -inf (structural zeros): the log-sum-exp guards against
-all -inf slices and the downward pass never subtracts messages, so no NaN arises.
+Potentials may contain -inf (structural zeros): `calibrate` replaces it by −1e30,
+whose exponential is exactly 0 after any shift by a finite maximum, so a slice that
+is impossible throughout stays finite (no −inf − −inf = NaN) and the hot loop needs
+no special cases. The downward pass never subtracts messages.
 """
 
 from __future__ import annotations
@@ -21,18 +23,22 @@ import numpy as np
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import JunctionTree
 
+# Stands in for log 0: exp(LOG_ZERO − m) is exactly 0 for any finite m of ordinary size,
+# and sums of a few of them stay far from float overflow.
+LOG_ZERO = -1e30
+
 
 def _logsumexp(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """log Σ exp over `axes` (kept as size-1 axes), safe for slices that are all -inf."""
+    """log Σ exp over `axes` (kept as size-1 axes); `values` must be finite."""
     if not axes:
         return values
     peak = values.max(axis=axes, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.exp(values - peak).sum(axis=axes, keepdims=True)) + peak
+    return np.log(np.exp(values - peak).sum(axis=axes, keepdims=True)) + peak
 
 
-def broadcast_shape(domain: Domain, attrs: tuple[str, ...], clique: tuple[str, ...]) -> tuple[int, ...]:
+def broadcast_shape(
+    domain: Domain, attrs: tuple[str, ...], clique: tuple[str, ...]
+) -> tuple[int, ...]:
     """Shape that broadcasts an array over canonical-order `attrs` into `clique`."""
     present = set(attrs)
     return tuple(domain.size_of(a) if a in present else 1 for a in clique)
@@ -66,7 +72,9 @@ class CalibrationPlan:
                 self.sum_axes[(s, r)] = tuple(
                     k for k, a in enumerate(tree.cliques[s]) if a not in sep
                 )
-                self.into_shape[(s, r)] = broadcast_shape(tree.domain, tree.separator(s, r), tree.cliques[r])
+                self.into_shape[(s, r)] = broadcast_shape(
+                    tree.domain, tree.separator(s, r), tree.cliques[r]
+                )
         self.upward = tree.upward
         self.downward = tree.downward
         self.children: list[list[int]] = [[] for _ in tree.cliques]
@@ -75,7 +83,9 @@ class CalibrationPlan:
             self.children[parent].append(child)
             self.parent[child] = parent
 
-    def clique_potentials(self, log_potentials: Mapping[tuple[str, ...], np.ndarray]) -> list[np.ndarray]:
+    def clique_potentials(
+        self, log_potentials: Mapping[tuple[str, ...], np.ndarray]
+    ) -> list[np.ndarray]:
         """Sum potentials over arbitrary contained attribute tuples into per-clique arrays."""
         tree = self.tree
         thetas = [np.zeros(shape) for shape in self.shapes]
@@ -86,10 +96,13 @@ class CalibrationPlan:
                 raise ValueError(f"potential over {attrs} has shape {values.shape}")
             k = tree.clique_containing(attrs)
             thetas[k] = thetas[k] + to_clique_layout(tree.domain, attrs, values, tree.cliques[k])
-        return thetas
+        return [np.maximum(t, LOG_ZERO) for t in thetas]
 
     def run(self, thetas: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
-        """Log-beliefs normalised to log-probabilities per clique, and log Z."""
+        """Unnormalised log-beliefs per clique (log p_C + log Z), and log Z.
+
+        `thetas` (one array per clique, in clique layout) must be finite.
+        """
         messages: dict[tuple[int, int], np.ndarray] = {}
         # Upward: each child's potential times its children's messages, summed to the separator.
         for child, parent in self.upward:
@@ -119,18 +132,20 @@ class CalibrationPlan:
             beliefs.append(belief)
         root = beliefs[self.root]
         log_z = float(_logsumexp(root, tuple(range(root.ndim))).reshape(()))
-        return [b - log_z for b in beliefs], log_z
+        return beliefs, log_z
 
     def marginals(self, thetas: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
         """Clique probability tables (each summing to 1) and log Z."""
-        log_beliefs, log_z = self.run(thetas)
-        return [np.exp(b) for b in log_beliefs], log_z
+        beliefs, log_z = self.run(thetas)
+        return [np.exp(b - log_z) for b in beliefs], log_z
 
 
 def calibrate(
     tree: JunctionTree, log_potentials: Mapping[tuple[str, ...], np.ndarray]
 ) -> tuple[dict[tuple[str, ...], np.ndarray], float]:
     """Normalised clique marginals (axes in clique order) and log Z of exp(Σ θ).
+
+    If every joint state is impossible (all −inf), log Z is about −1e30 rather than −inf.
 
     `log_potentials` maps attribute tuples (each contained in some clique; axes in the
     tuple's order) to arrays; several may land on one clique and are summed.

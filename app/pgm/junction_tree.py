@@ -96,7 +96,9 @@ class JunctionTree:
         best = None
         for i, clique in enumerate(self.cliques):
             if wanted <= set(clique):
-                if best is None or self.domain.cells(clique) < self.domain.cells(self.cliques[best]):
+                if best is None or self.domain.cells(clique) < self.domain.cells(
+                    self.cliques[best]
+                ):
                     best = i
         if best is None:
             raise KeyError(f"no clique of the junction tree contains {sorted(wanted)}")
@@ -131,7 +133,10 @@ def _elimination_cliques(
             return (weight, 0, position[a])
         nb = list(nbrs)
         fill = sum(
-            1 for i in range(len(nb)) for j in range(i + 1, len(nb)) if nb[j] not in adjacency[nb[i]]
+            1
+            for i in range(len(nb))
+            for j in range(i + 1, len(nb))
+            if nb[j] not in adjacency[nb[i]]
         )
         return (fill, weight, position[a])
 
@@ -180,7 +185,11 @@ def build_junction_tree(
     # components so the result is one tree. Ties broken by index for determinism.
     members = [set(c) for c in cliques]
     pairs = sorted(
-        ((len(members[i] & members[j]), i, j) for i in range(len(cliques)) for j in range(i + 1, len(cliques))),
+        (
+            (len(members[i] & members[j]), i, j)
+            for i in range(len(cliques))
+            for j in range(i + 1, len(cliques))
+        ),
         key=lambda t: (-t[0], t[1], t[2]),
     )
     parent = list(range(len(cliques)))
