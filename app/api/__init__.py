@@ -15,9 +15,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
+from app.api import routers as routers_package
 from app.api.errors import install_error_handlers
 from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
-from app.api import routers as routers_package
 from app.config import Settings, get_settings
 from app.db import Database
 from app.logs import configure_logging

@@ -24,7 +24,7 @@ RHO_UNIT_EXPONENT = 12
 UNITS_PER_RHO = 10**RHO_UNIT_EXPONENT
 
 
-def _as_decimal(value: Decimal | float | int | str, field: str) -> Decimal:
+def _as_decimal(value: Decimal | float | str, field: str) -> Decimal:
     if isinstance(value, bool):
         raise InvalidRequest(f"{field} must be a number")
     try:
@@ -37,7 +37,7 @@ def _as_decimal(value: Decimal | float | int | str, field: str) -> Decimal:
     return number
 
 
-def rho_units(value: Decimal | float | int | str, *, field: str = "rho") -> int:
+def rho_units(value: Decimal | float | str, *, field: str = "rho") -> int:
     """The exact number of units in a client-given ρ; 422 unless positive with ≤12 decimals."""
     number = _as_decimal(value, field)
     if number <= 0:
@@ -51,7 +51,7 @@ def rho_units(value: Decimal | float | int | str, *, field: str = "rho") -> int:
     return int(units)
 
 
-def rho_units_ceil(value: Fraction | Decimal | float | int, *, field: str = "rho") -> int:
+def rho_units_ceil(value: Fraction | Decimal | float, *, field: str = "rho") -> int:
     """Units for a ρ the service computed, rounded up (never under-charge); at least 1."""
     if isinstance(value, float) and not math.isfinite(value):
         raise InvalidRequest(f"{field} must be finite")
@@ -59,7 +59,7 @@ def rho_units_ceil(value: Fraction | Decimal | float | int, *, field: str = "rho
         exact = Fraction(Decimal(str(value)))
     elif isinstance(value, Decimal):
         exact = Fraction(_as_decimal(value, field))
-    elif isinstance(value, (Fraction, int)) or isinstance(value, Real):
+    elif isinstance(value, (Fraction, int, Real)):
         exact = Fraction(value)  # type: ignore[arg-type]
     else:
         raise InvalidRequest(f"{field} must be a number")

@@ -80,9 +80,9 @@ def test_insufficient_budget_writes_nothing_and_reports_remaining(database, seed
 
 def test_idempotent_retry_returns_first_charge_and_charges_nothing_more(database, seed) -> None:
     grant = seed.grant(rho_limit_units=ONE)
-    kwargs = dict(tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                  rho_units=rho_units(0.4), idempotency_key="retry-1", request_hash="h1",
-                  job_id="job-1")
+    kwargs = {"tenant_id": grant.tenant_id, "dataset_id": grant.dataset_id,
+              "rho_units": rho_units(0.4), "idempotency_key": "retry-1", "request_hash": "h1",
+              "job_id": "job-1"}
     with database.unit_of_work() as session:
         first = ledger.charge(session, **kwargs)
     with database.unit_of_work() as session:
