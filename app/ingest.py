@@ -245,7 +245,11 @@ class _ColumnEncoder:
             x = _float_or_nan(cell)
             lo, hi = format_number(self._edges[0]), format_number(self._edges[-1])
             if np.isnan(x):
-                return f"{quoted} is not a number" if cell.strip().lower() != "nan" else f"{quoted} has no bin"
+                return (
+                    f"{quoted} is not a number"
+                    if cell.strip().lower() != "nan"
+                    else f"{quoted} has no bin"
+                )
             return f"{quoted} is outside the bins [{lo}, {hi}]"
         value = _integer_or_none_marker(cell)
         if value == _NOT_AN_INTEGER:
@@ -403,7 +407,9 @@ def _encode_rows(
                 _collect_more(offence, columns, starts)
             rows.clear()
             starts.clear()
-        if pending is not None or (offence is not None and len(offence.lines) >= MAX_REPORTED_LINES):
+        if pending is not None or (
+            offence is not None and len(offence.lines) >= MAX_REPORTED_LINES
+        ):
             break
     if offence is not None:
         raise _value_error(offence)

@@ -195,9 +195,7 @@ class Attribute:
         if not isinstance(bins, tuple):
             raise SchemaError(f"{where}: bins must be a list of numbers")
         if len(bins) < 2:
-            raise SchemaError(
-                f"{where}: bins needs at least 2 edges (one bin), got {len(bins)}"
-            )
+            raise SchemaError(f"{where}: bins needs at least 2 edges (one bin), got {len(bins)}")
         if len(bins) - 1 > MAX_ATTRIBUTE_SIZE:
             raise SchemaError(f"{where}: more than {MAX_ATTRIBUTE_SIZE} bins")
         for position, edge in enumerate(bins):
@@ -289,7 +287,9 @@ class Attribute:
             else:
                 codes.append(code)
         if unknown:
-            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            shown = ", ".join(unknown[:5]) + (
+                f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+            )
             raise SchemaError(f"attribute {self.name!r}: unknown value(s) {shown}")
         return np.unique(np.asarray(codes, dtype=np.int64))
 
@@ -301,10 +301,9 @@ class Attribute:
         # integer codes: 3, "3", 3.0
         if isinstance(label, (bool, np.bool_)):
             return None
-        if isinstance(label, (int, np.integer)):
-            code = int(label)
-        elif isinstance(label, (float, np.floating)) and float(label).is_integer():
-            code = int(label)
+        integral_float = isinstance(label, (float, np.floating)) and float(label).is_integer()
+        if isinstance(label, (int, np.integer)) or integral_float:
+            code = int(label)  # type: ignore[arg-type]
         elif isinstance(label, str):
             try:
                 code = int(label)
@@ -325,7 +324,9 @@ class Attribute:
         """
         for bound_name, bound in (("ge", ge), ("lt", lt)):
             if bound is not None and (not _is_real_number(bound) or math.isnan(float(bound))):
-                raise SchemaError(f"attribute {self.name!r}: range bound {bound_name} must be a number")
+                raise SchemaError(
+                    f"attribute {self.name!r}: range bound {bound_name} must be a number"
+                )
         if ge is not None and lt is not None and not float(ge) < float(lt):
             raise SchemaError(
                 f"attribute {self.name!r}: empty range, ge ({ge}) must be less than lt ({lt})"
@@ -393,7 +394,8 @@ class DatasetSchema:
             raise SchemaError("schema has no attributes")
         if len(self.attributes) > MAX_ATTRIBUTES:
             raise SchemaError(
-                f"schema has {len(self.attributes)} attributes; at most {MAX_ATTRIBUTES} are allowed"
+                f"schema has {len(self.attributes)} attributes; "
+                f"at most {MAX_ATTRIBUTES} are allowed"
             )
         seen: set[str] = set()
         for attribute in self.attributes:
@@ -452,7 +454,9 @@ def parse_schema(obj: object) -> DatasetSchema:
         try:
             obj = json.loads(obj, object_pairs_hook=_pairs_without_duplicates)
         except json.JSONDecodeError as exc:
-            raise SchemaError(f"schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+            raise SchemaError(
+                f"schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
     if not isinstance(obj, Mapping):
         raise SchemaError(
             'schema must be a JSON object: {"attributes": [...]} or a size map {"age": 85, ...}'
@@ -477,7 +481,9 @@ def _parse_size_map(sizes: Mapping[Any, Any]) -> DatasetSchema:
     if not sizes:
         raise SchemaError("schema has no attributes")
     if len(sizes) > MAX_ATTRIBUTES:
-        raise SchemaError(f"schema has {len(sizes)} attributes; at most {MAX_ATTRIBUTES} are allowed")
+        raise SchemaError(
+            f"schema has {len(sizes)} attributes; at most {MAX_ATTRIBUTES} are allowed"
+        )
     attributes = []
     for name, size in sizes.items():
         _check_name(name)
@@ -535,7 +541,9 @@ def _parse_attribute(position: int, entry: object) -> Attribute:
     if kind == "categorical":
         values = entry["values"]
         if not isinstance(values, list):
-            raise SchemaError(f"{where}: values must be a list of strings, got {_json_type(values)}")
+            raise SchemaError(
+                f"{where}: values must be a list of strings, got {_json_type(values)}"
+            )
         return Attribute.categorical(name, values)
     if kind == "numeric":
         bins = entry["bins"]

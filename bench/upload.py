@@ -136,7 +136,9 @@ def encode_in_this_process(csv_path: str) -> None:
                 "cpu_seconds": cpu,
                 "peak_increase_mb": (peak_kb - baseline_kb) / 1024,
                 "code_bytes_mb": sum(c.nbytes for c in table.columns.values()) / 2**20,
-                "code_sums": {name: int(c.sum(dtype=np.int64)) for name, c in table.columns.items()},
+                "code_sums": {
+                    name: int(c.sum(dtype=np.int64)) for name, c in table.columns.items()
+                },
             }
         )
     )
@@ -179,8 +181,17 @@ def measure_http(csv_path: Path, workdir: Path, rows: int) -> dict[str, Any]:
     )
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "uvicorn", "--factory", "app.api:create_app",
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "app.api:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
         ],
         cwd=ROOT,
         env=env,

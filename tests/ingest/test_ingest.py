@@ -22,7 +22,9 @@ from app.ingest import (
 from app.schema import DatasetSchema, parse_schema
 
 SHARED_DATA = Path(
-    os.environ.get("PRIVQ_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data")
+    os.environ.get(
+        "PRIVQ_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    )
 )
 
 SCHEMA = parse_schema(
@@ -79,13 +81,7 @@ def test_codes_use_the_smallest_unsigned_dtype() -> None:
 
 
 def test_bom_whitespace_crlf_blank_lines_and_quoting_are_tolerated() -> None:
-    data = (
-        b"\xef\xbb\xbf sex , age,children\r\n"
-        b" F ,  20 ,1\r\n"
-        b"\r\n"
-        b'"M","30.0"," 2 "\r\n'
-        b"\r\n"
-    )
+    data = b'\xef\xbb\xbf sex , age,children\r\n F ,  20 ,1\r\n\r\n"M","30.0"," 2 "\r\n\r\n'
     table = encode(data)
     assert codes(table) == {"sex": [0, 1], "age": [1, 2], "children": [1, 2]}
 
@@ -135,7 +131,11 @@ def test_empty_file() -> None:
 def test_bad_header_names_missing_unknown_and_duplicate_columns() -> None:
     error = refused("sex,age,salary,salary\nF,1,2,3\n")
     assert (error.code, error.status) == ("bad_header", 422)
-    assert error.details == {"missing": ["children"], "unknown": ["salary"], "duplicate": ["salary"]}
+    assert error.details == {
+        "missing": ["children"],
+        "unknown": ["salary"],
+        "duplicate": ["salary"],
+    }
     assert "missing column(s) 'children'" in error.message
     assert "unknown column(s) 'salary'" in error.message
     assert "duplicate column(s) 'salary'" in error.message
@@ -160,6 +160,9 @@ def test_bad_csv_malformed_quoting() -> None:
     error = refused('sex,age,children\nF,1,1\n"F,2,1\nM,3,1\n')
     assert error.code == "bad_csv"
     assert "unexpected end of data" in error.message
+    error = refused('\n"sex"x,age,children\nF,1,1\n')
+    assert error.code == "bad_csv"
+    assert error.details == {"line": 2} and "(the header)" in error.message
 
 
 def test_bad_csv_undecodable_bytes_are_located() -> None:
@@ -231,10 +234,14 @@ def test_value_error_before_a_structural_error_is_reported_first() -> None:
 
 
 def test_line_numbers_count_physical_lines_of_quoted_fields_and_blank_lines() -> None:
-    schema = parse_schema({"attributes": [
-        {"name": "note", "type": "categorical", "values": ["a\nb", "c"]},
-        {"name": "k", "type": "integer", "size": 2},
-    ]})
+    schema = parse_schema(
+        {
+            "attributes": [
+                {"name": "note", "type": "categorical", "values": ["a\nb", "c"]},
+                {"name": "k", "type": "integer", "size": 2},
+            ]
+        }
+    )
     data = 'note,k\n"a\nb",1\n\nc,0\n"a\nb",5\nc,1\n'
     # line 2-3: first record, 4 blank, 5: c, 6-7: bad record, 8: c
     error = refused(data, schema, chunk_rows=2)
@@ -243,11 +250,15 @@ def test_line_numbers_count_physical_lines_of_quoted_fields_and_blank_lines() ->
 
 
 def test_messages_never_contain_other_cells_of_the_row() -> None:
-    schema = parse_schema({"attributes": [
-        {"name": "name", "type": "categorical", "values": ["alice-secret", "bob-secret"]},
-        {"name": "salary", "type": "numeric", "bins": [0, 1_000_000]},
-        {"name": "flag", "type": "integer", "size": 2},
-    ]})
+    schema = parse_schema(
+        {
+            "attributes": [
+                {"name": "name", "type": "categorical", "values": ["alice-secret", "bob-secret"]},
+                {"name": "salary", "type": "numeric", "bins": [0, 1_000_000]},
+                {"name": "flag", "type": "integer", "size": 2},
+            ]
+        }
+    )
     head = b"name,salary,flag\nalice-secret,123456.789,1\n"
     other_cells = ["alice-secret", "123456.789", "bob-secret", "98765.4321"]
     cases: list[tuple[bytes, str, str | None]] = [  # (tail, expected code, the bad cell)
@@ -293,7 +304,12 @@ def test_adult_first_rows_encode_to_the_csv_integer_codes() -> None:
 
 def test_pack_unpack_round_trips_exactly() -> None:
     rng = np.random.default_rng(7)
-    for dtype, high in [(np.uint8, 200), (np.uint16, 60_000), (np.uint32, 2**31), (np.int64, 2**40)]:
+    for dtype, high in [
+        (np.uint8, 200),
+        (np.uint16, 60_000),
+        (np.uint32, 2**31),
+        (np.int64, 2**40),
+    ]:
         column = rng.integers(0, high, size=10_001).astype(dtype)
         blob = pack_column(column)
         restored = unpack_column(blob)

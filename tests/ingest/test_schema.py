@@ -62,7 +62,12 @@ def test_to_json_is_canonical_and_round_trips() -> None:
         "bins": [0, 18, 30, 45, 65, 120],
         "clip": False,
     }
-    assert canonical["attributes"][3] == {"name": "children", "type": "integer", "size": 4, "clip": False}
+    assert canonical["attributes"][3] == {
+        "name": "children",
+        "type": "integer",
+        "size": 4,
+        "clip": False,
+    }
     assert parse_schema(canonical) == schema
     assert parse_schema(json.loads(json.dumps(canonical))).to_json() == canonical
     size_map = parse_schema({"age": 85, "sex": 2})
@@ -93,7 +98,14 @@ INVALID: list[tuple[object, str]] = [
     ({"age": "85"}, "size must be a positive integer"),
     ({"age": MAX_ATTRIBUTE_SIZE + 1}, f"larger than {MAX_ATTRIBUTE_SIZE}"),
     ({f"a{i}": 2 for i in range(MAX_ATTRIBUTES + 1)}, "at most"),
-    ({"attributes": [{"name": f"a{i}", "type": "integer", "size": 2} for i in range(MAX_ATTRIBUTES + 1)]}, "at most"),
+    (
+        {
+            "attributes": [
+                {"name": f"a{i}", "type": "integer", "size": 2} for i in range(MAX_ATTRIBUTES + 1)
+            ]
+        },
+        "at most",
+    ),
     ({"": 2}, "must not be empty"),
     ({" age": 2}, "leading or trailing whitespace"),
     ({"a,b": 2}, "contains ','"),
@@ -120,7 +132,10 @@ INVALID: list[tuple[object, str]] = [
     (_attr(name="a", type="numeric", bins=[0]), "at least 2 edges"),
     (_attr(name="a", type="numeric", bins=[]), "at least 2 edges"),
     (_attr(name="a", type="numeric", bins=[0, 10, 10]), "strictly increasing"),
-    (_attr(name="a", type="numeric", bins=[0, 10, 5]), "edge 2 (5) is not greater than edge 1 (10)"),
+    (
+        _attr(name="a", type="numeric", bins=[0, 10, 5]),
+        "edge 2 (5) is not greater than edge 1 (10)",
+    ),
     (_attr(name="a", type="numeric", bins=[0, "10"]), "bin edge 1 must be a number"),
     (_attr(name="a", type="numeric", bins=[0, True]), "bin edge 1 must be a number"),
     (_attr(name="a", type="numeric", bins=[0, 1e400]), "finite"),
@@ -129,7 +144,12 @@ INVALID: list[tuple[object, str]] = [
     (_attr(name="a", type="integer", size=0), "size must be at least 1"),
     (_attr(name="a", type="integer", size=2.0), "size must be a positive integer"),
     (
-        {"attributes": [{"name": "a", "type": "integer", "size": 2}, {"name": "a", "type": "integer", "size": 3}]},
+        {
+            "attributes": [
+                {"name": "a", "type": "integer", "size": 2},
+                {"name": "a", "type": "integer", "size": 3},
+            ]
+        },
         "duplicate attribute name 'a'",
     ),
 ]
@@ -189,9 +209,12 @@ def test_midpoints() -> None:
 
 
 def test_encode_labels() -> None:
-    schema = parse_schema({"attributes": FULL["attributes"] + [
-        {"name": "colour", "type": "categorical", "values": ["red", "green", "blue"]}
-    ]})
+    schema = parse_schema(
+        {
+            "attributes": FULL["attributes"]
+            + [{"name": "colour", "type": "categorical", "values": ["red", "green", "blue"]}]
+        }
+    )
     colour = schema.attribute("colour")
     np.testing.assert_array_equal(colour.encode_labels(["blue", "red"]), [0, 2])
     np.testing.assert_array_equal(colour.encode_labels(["green", "green"]), [1])
