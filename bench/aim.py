@@ -1,0 +1,165 @@
+"""Benchmark: AIM vs MWEM+PGM vs one-way marginals on Adult, ε = 1, δ = 1e-9.
+
+ρ comes from the tight CKS conversion (`rho_from_epsilon`). The workload is every 2-way
+marginal. For each mechanism: wall time per run and the mean workload total-variation
+error of the fitted model, ‖M_r(D) − M_r(p̂)‖₁ / 2N averaged over the workload; median
+over `--seeds` runs. The seeds only shuffle the workload order: the noise and the
+selections come from OpenDP's cryptographic RNG, which cannot be seeded, so every run
+draws fresh noise. Prints ONE JSON line (also peak RSS of the process).
+
+    .venv/bin/python bench/aim.py [--seeds 5] [--mwem-rounds 30] [--only aim,mwem,oneway]
+
+Data: ../shared/data/adult.csv (+ adult-domain.json) relative to the repository, or
+the directory in $PRIVQ_SHARED_DATA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from app.pgm.domain import Domain
+from app.privacy.accounting import rho_from_epsilon
+from app.privacy.mechanisms import MechanismOptions, run_aim, run_mwem
+from app.privacy.mechanisms.common import MechanismRun, sigma_for_exact_rho
+
+
+def data_dir() -> Path:
+    override = os.environ.get("PRIVQ_SHARED_DATA")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def load_adult() -> tuple[Domain, np.ndarray]:
+    folder = data_dir()
+    sizes = json.loads((folder / "adult-domain.json").read_text())
+    with open(folder / "adult.csv") as handle:
+        header = handle.readline().strip().split(",")
+    columns = np.loadtxt(folder / "adult.csv", delimiter=",", skiprows=1, dtype=np.int64)
+    domain = Domain(tuple(header), tuple(int(sizes[a]) for a in header))
+    return domain, columns
+
+
+def marginal_function(domain: Domain, data: np.ndarray):  # type: ignore[no-untyped-def]
+    def true_marginal(attrs: tuple[str, ...]) -> np.ndarray:
+        idx = [domain.index(a) for a in attrs]
+        flat = np.ravel_multi_index(tuple(data[:, i] for i in idx), domain.shape(attrs))
+        return np.bincount(flat, minlength=domain.cells(attrs))
+
+    return true_marginal
+
+
+def workload_tv(domain, model, true_marginal, workload, rows: int) -> float:  # type: ignore[no-untyped-def]
+    errors = []
+    for r in workload:
+        estimate = np.asarray(model.marginal(r), dtype=float).ravel()
+        errors.append(np.abs(true_marginal(r) - estimate).sum() / (2.0 * rows))
+    return float(np.mean(errors))
+
+
+def run_oneway(domain, true_marginal, rho, options):  # type: ignore[no-untyped-def]
+    """Every one-way marginal with an equal share of ρ, then one fit (same engine)."""
+    run = MechanismRun("oneway", domain, true_marginal, rho, options, {}, (), None, None, (), None)
+    sigma = sigma_for_exact_rho(rho / len(domain))
+    for a in domain.attributes:
+        run.measure("measure", (a,), sigma, 0.0)
+    run.refit()
+    return run.finish()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-9)
+    parser.add_argument("--mwem-rounds", type=int, default=30)
+    parser.add_argument("--max-model-cells", type=int, default=10**7)
+    parser.add_argument("--only", default="aim,mwem,oneway")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    domain, data = load_adult()
+    rows = data.shape[0]
+    truth = marginal_function(domain, data)
+    rho = rho_from_epsilon(args.epsilon, args.delta)
+    base_workload = list(combinations(domain.attributes, 2))
+    kinds = [k for k in args.only.split(",") if k]
+    results: dict[str, dict[str, list[float]]] = {k: {"seconds": [], "tv": [], "rounds": [], "rho_used": []} for k in kinds}
+
+    for seed in range(args.seeds):
+        order = np.random.default_rng(seed).permutation(len(base_workload))
+        workload = [base_workload[i] for i in order]
+        for kind in kinds:
+            t0 = time.perf_counter()
+            progress = None
+            if args.verbose:
+                def progress(p, kind=kind):  # type: ignore[no-untyped-def]
+                    if p.stage == "fitted":
+                        print(f"[{kind} seed {seed}] round {p.round_index} {p.attributes} "
+                              f"ρ {p.rho_used:.5f}/{p.rho_total:.5f} t={time.perf_counter() - t0:.1f}s",
+                              file=sys.stderr, flush=True)
+            if kind == "aim":
+                result = run_aim(domain, truth, rho, workload,
+                                 options=MechanismOptions(max_model_cells=args.max_model_cells),
+                                 on_progress=progress)
+            elif kind == "mwem":
+                result = run_mwem(domain, truth, rho, workload,
+                                  options=MechanismOptions(max_model_cells=args.max_model_cells,
+                                                           rounds=args.mwem_rounds),
+                                  on_progress=progress)
+            elif kind == "oneway":
+                result = run_oneway(domain, truth, rho, MechanismOptions(max_model_cells=args.max_model_cells))
+            else:
+                raise SystemExit(f"unknown mechanism {kind}")
+            seconds = time.perf_counter() - t0
+            tv = workload_tv(domain, result.model, truth, base_workload, rows)
+            results[kind]["seconds"].append(seconds)
+            results[kind]["tv"].append(tv)
+            results[kind]["rounds"].append(len(result.rounds))
+            results[kind]["rho_used"].append(result.rho_used)
+            if args.verbose:
+                print(f"[{kind} seed {seed}] {seconds:.1f}s tv={tv:.4f} rounds={len(result.rounds)} "
+                      f"model_cells={result.fit.model_cells}", file=sys.stderr, flush=True)
+
+    summary: dict[str, object] = {
+        "bench": "aim",
+        "dataset": "adult",
+        "epsilon": args.epsilon,
+        "delta": args.delta,
+        "rho": rho,
+        "workload": "all 2-way marginals",
+        "seeds": args.seeds,
+        "noise": "OpenDP (unseedable); seeds only permute the workload order",
+    }
+    for kind in kinds:
+        r = results[kind]
+        summary[kind] = {
+            "median_tv": statistics.median(r["tv"]),
+            "tv": [round(v, 5) for v in r["tv"]],
+            "median_seconds": statistics.median(r["seconds"]),
+            "max_seconds": max(r["seconds"]),
+            "rounds": r["rounds"],
+            "rho_used_over_charge": max(v / rho for v in r["rho_used"]),
+        }
+    if "aim" in kinds and "oneway" in kinds:
+        summary["aim_over_oneway"] = summary["aim"]["median_tv"] / summary["oneway"]["median_tv"]  # type: ignore[index]
+    if "aim" in kinds and "mwem" in kinds:
+        summary["aim_over_mwem"] = summary["aim"]["median_tv"] / summary["mwem"]["median_tv"]  # type: ignore[index]
+    summary["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    summary["total_seconds"] = time.perf_counter() - started
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
