@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_seconds: float = Field(
         default=30.0, gt=0, description="How long a SQLite writer waits for the lock."
     )
+    worker_poll_seconds: float = Field(
+        default=0.5, gt=0, description="How often an idle worker looks for a job."
+    )
+    fit_solver: Literal["admm", "mirror_descent", "dual_averaging"] = Field(
+        default="admm", description="Private-PGM solver used for model fits."
+    )
+    fit_max_iterations: int = Field(default=5000, gt=0, description="Iteration cap of one fit.")
+    fit_tolerance: float = Field(
+        default=1e-6, ge=0, description="Relative tolerance at which a fit stops."
+    )
     log_level: str = "INFO"
 
     @field_validator("database_url")

@@ -1,0 +1,193 @@
+"""Fits: one model fit per dataset at a time, coalescing every request that arrives meanwhile.
+
+A job whose measurements are stored needs a model version that covers them (its
+`high_water`: the largest measurement id it stored). `ensure_fitted` returns the
+first version that does: if one exists already it is done; otherwise it takes the
+dataset's fit lock (a leased row in `fit_locks`) and fits Private-PGM over *all* the
+dataset's measurements, warm-started from the latest version. Jobs that arrive while
+a fit runs wait for the lock; the next fit includes all of their measurements at
+once, and the others find themselves covered.
+
+The fit itself runs outside any transaction (it can take seconds); the new version
+is written in a short one, only while the lock is still this worker's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db import Database, FitLock, utcnow
+from app.pgm.domain import Domain
+from app.pgm.estimation import fit
+from app.services import measurements as measurement_service
+from app.services import models as model_service
+
+Progress = Callable[[dict[str, object]], None]
+
+
+class FitLockLost(RuntimeError):
+    """Another worker took over this dataset's fit lock (ours expired)."""
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    solver: str = "admm"
+    max_iterations: int = 5000
+    tolerance: float = 1e-6
+    max_model_cells: int | None = None
+
+
+def _lock_row(session: Session, dataset_id: str) -> FitLock:
+    row = session.scalars(
+        select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()
+    ).one_or_none()
+    if row is None:
+        row = FitLock(dataset_id=dataset_id)
+        session.add(row)
+        session.flush()
+    return row
+
+
+def acquire(database: Database, dataset_id: str, *, owner: str, lease_seconds: float) -> bool:
+    """Take (or extend) the dataset's fit lock if it is free, expired or already ours."""
+    try:
+        with database.unit_of_work() as session:
+            row = _lock_row(session, dataset_id)
+            now = utcnow()
+            free = row.owner is None or row.owner == owner or (
+                row.lease_expires_at is not None and row.lease_expires_at < now
+            )
+            if not free:
+                return False
+            row.owner = owner
+            row.lease_expires_at = now + timedelta(seconds=lease_seconds)
+            return True
+    except IntegrityError:
+        # Two workers inserted the row at once; the other one won this round.
+        return False
+
+
+def renew(database: Database, dataset_id: str, *, owner: str, lease_seconds: float) -> bool:
+    with database.unit_of_work() as session:
+        row = session.get(FitLock, dataset_id)
+        if row is None or row.owner != owner:
+            return False
+        row.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
+        return True
+
+
+def release(database: Database, dataset_id: str, *, owner: str) -> None:
+    with database.unit_of_work() as session:
+        row = session.get(FitLock, dataset_id)
+        if row is not None and row.owner == owner:
+            row.owner = None
+            row.lease_expires_at = None
+
+
+def covering_version(database: Database, dataset_id: str, high_water: int) -> int | None:
+    """The latest version if it includes every measurement up to `high_water`."""
+    with database.read_only() as session:
+        latest = model_service.latest_version_row(session, dataset_id)
+        if latest is not None and latest.high_water >= high_water:
+            return latest.version
+    return None
+
+
+def fit_now(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    owner: str,
+    options: FitOptions,
+    progress: Progress,
+) -> int:
+    """Fit over every measurement of the dataset and store the next version (lock held)."""
+    with database.read_only() as session:
+        pgm_measurements, high_water = measurement_service.load_for_fit(session, dataset_id)
+        latest = model_service.latest_version_row(session, dataset_id)
+        warm_start = (
+            model_service.load_model(session, dataset_id, latest.version) if latest else None
+        )
+    last_report = 0.0
+
+    def on_iteration(iteration: int, loss: float) -> None:
+        nonlocal last_report
+        now = time.monotonic()
+        if now - last_report >= 0.5:
+            last_report = now
+            progress({"stage": "fitting", "iteration": iteration, "loss": float(loss)})
+
+    progress({"stage": "fitting", "iteration": 0, "measurements": len(pgm_measurements)})
+    model, record = fit(
+        domain,
+        pgm_measurements,
+        solver=options.solver,
+        warm_start=warm_start,
+        max_iterations=options.max_iterations,
+        tolerance=options.tolerance,
+        callback=on_iteration,
+        max_model_cells=options.max_model_cells,
+    )
+    with database.unit_of_work() as session:
+        lock = session.scalars(
+            select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()
+        ).one_or_none()
+        if lock is None or lock.owner != owner:
+            raise FitLockLost(f"lost the fit lock of dataset {dataset_id}")
+        saved = model_service.save_version(
+            session,
+            dataset_id=dataset_id,
+            model=model,
+            record=record,
+            high_water=high_water,
+            measurement_count=len(pgm_measurements),
+        )
+        return saved.version
+
+
+def ensure_fitted(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    high_water: int,
+    owner: str,
+    lease_seconds: float,
+    options: FitOptions,
+    progress: Progress,
+    poll_seconds: float = 0.25,
+    held_locks: set[str] | None = None,
+) -> int:
+    """The first model version covering measurements up to `high_water`, fitting if needed.
+
+    `held_locks` (if given) records the datasets whose fit lock this worker holds
+    while it fits, so a heartbeat can renew the lease.
+    """
+    waiting_reported = False
+    while True:
+        version = covering_version(database, dataset_id, high_water)
+        if version is not None:
+            return version
+        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
+            if held_locks is not None:
+                held_locks.add(dataset_id)
+            try:
+                fit_now(database, dataset_id, domain, owner=owner, options=options,
+                        progress=progress)
+            finally:
+                if held_locks is not None:
+                    held_locks.discard(dataset_id)
+                release(database, dataset_id, owner=owner)
+            continue
+        if not waiting_reported:
+            progress({"stage": "waiting_for_fit"})
+            waiting_reported = True
+        time.sleep(poll_seconds)

@@ -1,0 +1,169 @@
+"""Jobs: the queue in the `jobs` table — create, claim under a lease, renew, report, finish.
+
+A job is created in the same transaction as the ledger charge that pays for it
+(`create`, called by the measurement and mechanism services). Workers claim the
+oldest claimable job in one statement — `SELECT … FOR UPDATE SKIP LOCKED` on
+PostgreSQL; on SQLite the IMMEDIATE transaction already serialises claimers — and
+hold a lease they renew while they work. A job whose lease expired (its worker died)
+is claimable again; after `MAX_ATTEMPTS` claims it fails for good.
+
+A job that fails keeps its ρ spent if any noise was drawn for it (the measurement
+rows exist: they are releases); otherwise the ledger records a refund in the same
+transaction as the failure.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from app.db import Job, MeasurementRecord, utcnow
+from app.errors import NotFound
+from app.services import ledger
+
+MAX_ATTEMPTS = 3
+ERROR_MESSAGE_LENGTH = 500
+
+
+def create(
+    session: Session,
+    *,
+    job_id: str,
+    dataset_id: str,
+    tenant_id: str,
+    kind: str,
+    params: dict[str, Any],
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> Job:
+    """Add a queued job (the caller's unit of work commits it with its charge)."""
+    job = Job(
+        id=job_id,
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        kind=kind,
+        params=params,
+        status="queued",
+        progress={"stage": "queued"},
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    session.add(job)
+    session.flush()
+    return job
+
+
+def get(session: Session, job_id: str, *, tenant_id: str | None = None) -> Job:
+    """The job; with `tenant_id`, only that tenant's (others are NotFound, like a missing one)."""
+    query = select(Job).where(Job.id == job_id)
+    if tenant_id is not None:
+        query = query.where(Job.tenant_id == tenant_id)
+    job = session.scalars(query).one_or_none()
+    if job is None:
+        raise NotFound("job not found")
+    return job
+
+
+def _claimable(now: datetime) -> Any:
+    return or_(
+        Job.status == "queued",
+        and_(Job.status == "running", Job.lease_expires_at < now),
+    )
+
+
+def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool) -> Job | None:
+    """Lease the oldest claimable job to `owner`, or None; never commits.
+
+    A job that has already been claimed `MAX_ATTEMPTS` times (each time its worker
+    died) is failed instead, and the next one is looked at.
+    """
+    while True:
+        now = utcnow()
+        query = select(Job).where(_claimable(now)).order_by(Job.created_at, Job.id).limit(1)
+        if not is_sqlite:
+            query = query.with_for_update(skip_locked=True)
+        job = session.scalars(query).first()
+        if job is None:
+            return None
+        if job.attempts >= MAX_ATTEMPTS:
+            fail(
+                session,
+                job,
+                f"abandoned: {job.attempts} workers stopped while running this job",
+            )
+            continue
+        job.status = "running"
+        job.lease_owner = owner
+        job.lease_expires_at = now + timedelta(seconds=lease_seconds)
+        job.attempts += 1
+        job.started_at = job.started_at or now
+        session.flush()
+        return job
+
+
+def renew(session: Session, *, job_id: str, owner: str, lease_seconds: float,
+          progress: dict[str, Any] | None = None) -> bool:
+    """Extend `owner`'s lease (and record progress); False if the lease is no longer its own."""
+    values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_seconds)}
+    if progress is not None:
+        values["progress"] = progress
+    result = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == "running")
+        .values(**values)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+def holds_lease(session: Session, *, job_id: str, owner: str) -> bool:
+    job = session.get(Job, job_id)
+    return job is not None and job.status == "running" and job.lease_owner == owner
+
+
+def succeed(session: Session, job: Job, *, model_version: int,
+            progress: dict[str, Any] | None = None) -> None:
+    job.status = "succeeded"
+    job.model_version = model_version
+    job.progress = {**(job.progress or {}), **(progress or {}), "stage": "done"}
+    job.error = None
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.finished_at = utcnow()
+    session.flush()
+
+
+def noise_drawn(session: Session, job_id: str) -> bool:
+    """Whether any measurement of the job was stored (released): then its ρ is spent."""
+    count = session.scalar(
+        select(func.count()).select_from(MeasurementRecord).where(MeasurementRecord.job_id == job_id)
+    )
+    return bool(count)
+
+
+def fail(session: Session, job: Job, message: str) -> int:
+    """Mark the job failed for good; refund its charge if no noise was drawn. Returns units refunded."""
+    job.status = "failed"
+    job.error = message[:ERROR_MESSAGE_LENGTH]
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.finished_at = utcnow()
+    job.progress = {**(job.progress or {}), "stage": "failed"}
+    refunded = 0
+    if not noise_drawn(session, job.id):
+        refunded = ledger.refund(
+            session, job_id=job.id, description="job failed before any noise was drawn"
+        )
+    session.flush()
+    return refunded
+
+
+def release(session: Session, *, job_id: str, owner: str) -> None:
+    """Give a claimed job back to the queue (e.g. on a transient database error)."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.lease_owner == owner, Job.status == "running")
+        .values(status="queued", lease_owner=None, lease_expires_at=None)
+    )

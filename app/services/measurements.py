@@ -1,0 +1,384 @@
+"""Measurements: price and queue a request, draw the noise once, store it, read it back.
+
+`request` validates everything first (attributes, the cell cap, the model that the
+dataset's measurements plus these would make), then in the caller's ONE transaction
+charges the ledger and creates the job. The worker's `measure_job` computes the
+true marginals from the stored columns, adds OpenDP's exact discrete noise and
+stores the noisy counts — in one transaction, before anything else uses them; a
+retried job finds them and never draws again.
+
+Pricing is exact: a ρ given by the client is split equally over the k marginals and
+each σ (or b) is the smallest float whose exact rational cost fits its share; a σ
+(or b) given by the client is charged its exact cost rounded up to a ledger unit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.db import Job, MeasurementRecord, new_id
+from app.errors import InvalidRequest
+from app.ingest import pack_column, unpack_column
+from app.pgm.domain import Domain
+from app.pgm.estimation import Measurement
+from app.pgm.junction_tree import model_cells
+from app.privacy import noise
+from app.services import datasets as dataset_service
+from app.services import jobs, ledger
+from app.services.rho import UNITS_PER_RHO, rho_units, rho_units_ceil, units_to_rho
+
+NOISE_KINDS = ("gaussian", "laplace")
+MAX_MARGINALS_PER_REQUEST = 1000
+
+
+class ModelTooLargeRequest(InvalidRequest):
+    """The model these measurements would need is larger than the service allows."""
+
+    code = "model_too_large"
+
+
+@dataclass(frozen=True)
+class MeasurementPlan:
+    """A validated request: what to measure, with which noise, at what exact price."""
+
+    marginals: tuple[tuple[str, ...], ...]
+    noise: str
+    scale: float  # σ (Gaussian) or b (Laplace), the same for every marginal
+    rho_units: int  # the total charge
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "marginals": [list(m) for m in self.marginals],
+            "noise": self.noise,
+            "scale": self.scale,
+            "rho_units": self.rho_units,
+        }
+
+
+def _exact_cost(scale: float, marginals: int) -> Fraction:
+    """The exact ρ of `marginals` sensitivity-1 measurements at this float scale.
+
+    Gaussian: k/(2σ²). Laplace: ε = 1/b pure DP per marginal, so k·(1/b)²/2 — the
+    same expression in the scale.
+    """
+    exact_scale = Fraction(scale)
+    return Fraction(marginals, 2) / (exact_scale * exact_scale)
+
+
+def scale_for_share(rho: Fraction, marginals: int) -> float:
+    """The smallest float scale whose exact cost for `marginals` marginals is at most `rho`."""
+    scale = math.sqrt(marginals / (2 * float(rho)))
+    while _exact_cost(scale, marginals) > rho:
+        scale = math.nextafter(scale, math.inf)
+    return scale
+
+
+def check_attribute_sets(
+    domain: Domain, marginals: Sequence[Sequence[str]], *, max_cells: int, field: str = "marginals"
+) -> tuple[tuple[str, ...], ...]:
+    """Each marginal: known, distinct, non-empty attributes within the cell cap (422 otherwise)."""
+    if not marginals:
+        raise InvalidRequest(f"{field} must list at least one marginal")
+    if len(marginals) > MAX_MARGINALS_PER_REQUEST:
+        raise InvalidRequest(f"{field}: at most {MAX_MARGINALS_PER_REQUEST} marginals per request")
+    checked = []
+    for index, attrs in enumerate(marginals):
+        attrs = tuple(attrs)
+        if not attrs:
+            raise InvalidRequest(f"{field}[{index}] is empty: name one or more attributes")
+        unknown = [a for a in attrs if a not in domain]
+        if unknown:
+            raise InvalidRequest(
+                f"{field}[{index}] names unknown attribute(s) {unknown}; "
+                f"the dataset has {list(domain.attributes)}"
+            )
+        if len(set(attrs)) != len(attrs):
+            raise InvalidRequest(f"{field}[{index}] repeats an attribute: {list(attrs)}")
+        cells = domain.cells(attrs)
+        if cells > max_cells:
+            raise InvalidRequest(
+                f"{field}[{index}] {list(attrs)} has {cells} cells; at most {max_cells} are allowed"
+            )
+        checked.append(attrs)
+    return tuple(checked)
+
+
+def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
+    """The distinct attribute sets measured on the dataset so far (and queued, not yet measured)."""
+    rows = session.scalars(
+        select(MeasurementRecord.attributes).where(MeasurementRecord.dataset_id == dataset_id)
+    ).all()
+    sets = {tuple(r) for r in rows}
+    # Jobs not yet measured will add theirs too: count them, or two requests could
+    # each pass the check and together exceed the cap.
+    pending = session.scalars(
+        select(Job.params).where(Job.dataset_id == dataset_id, Job.status.in_(("queued", "running")))
+    ).all()
+    for params in pending:
+        for attrs in (params or {}).get("marginals", []):
+            sets.add(tuple(attrs))
+        for attrs in (params or {}).get("workload", []):
+            sets.add(tuple(attrs))
+    return sorted(sets)
+
+
+def check_model_size(
+    session: Session, dataset_id: str, domain: Domain, new_sets: Sequence[Sequence[str]],
+    *, max_model_cells: int,
+) -> int:
+    """Cells of the model the dataset's measurements plus `new_sets` make; 422 above the cap."""
+    sets = measured_attribute_sets(session, dataset_id) + [tuple(s) for s in new_sets]
+    cells = model_cells(domain, sets)
+    if cells > max_model_cells:
+        raise ModelTooLargeRequest(
+            f"the model these measurements would need has {cells} cells; the service allows "
+            f"{max_model_cells}. Measure smaller marginals, or ones that overlap what is "
+            "already measured",
+            model_cells=cells,
+            max_model_cells=max_model_cells,
+        )
+    return cells
+
+
+def plan(
+    domain: Domain,
+    marginals: Sequence[Sequence[str]],
+    *,
+    noise_kind: str,
+    rho: float | str | None,
+    scale: float | None,
+    max_marginal_cells: int,
+) -> MeasurementPlan:
+    """Validate a request and price it exactly (no database)."""
+    if noise_kind not in NOISE_KINDS:
+        raise InvalidRequest(f"noise must be one of {list(NOISE_KINDS)}, not {noise_kind!r}")
+    checked = check_attribute_sets(domain, marginals, max_cells=max_marginal_cells)
+    k = len(checked)
+    scale_name = "sigma" if noise_kind == "gaussian" else "scale"
+    if (rho is None) == (scale is None):
+        raise InvalidRequest(f"give exactly one of rho or {scale_name}")
+    if rho is not None:
+        units = rho_units(rho)
+        chosen = scale_for_share(Fraction(units, UNITS_PER_RHO), k)
+    else:
+        assert scale is not None
+        if not (math.isfinite(scale) and scale > 0):
+            raise InvalidRequest(f"{scale_name} must be a positive number")
+        chosen = float(scale)
+        units = rho_units_ceil(_exact_cost(chosen, k), field=scale_name)
+    # OpenDP's own privacy map must agree that this is within what we charge.
+    per_marginal = noise.privacy_map(noise_kind, chosen)
+    opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
+    if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
+        raise RuntimeError("OpenDP's privacy map exceeds the charge; refusing to measure")
+    return MeasurementPlan(checked, noise_kind, chosen, units)
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def submit(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    kind: str,
+    params: dict[str, Any],
+    rho_units_total: int,
+    attribute_sets: Sequence[Sequence[str]],
+    max_model_cells: int,
+    idempotency_key: str | None,
+    body_hash: str,
+    description: str,
+) -> tuple[Job, ledger.ChargeResult]:
+    """Check the model cap, then charge and create the job in the caller's one transaction.
+
+    The same idempotency key and body return the first job and charge nothing more.
+    """
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    domain = dataset_service.dataset_schema(dataset).domain()
+    job_id = new_id()
+    charge = ledger.charge(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        rho_units=rho_units_total,
+        idempotency_key=idempotency_key,
+        request_hash=body_hash,
+        job_id=job_id,
+        description=description,
+    )
+    if charge.replayed:
+        assert charge.job_id is not None
+        return jobs.get(session, charge.job_id), charge
+    # Raising here rolls the charge back with the rest of the transaction.
+    check_model_size(session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells)
+    job = jobs.create(
+        session,
+        job_id=job_id,
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        kind=kind,
+        params=params,
+        idempotency_key=idempotency_key,
+        request_hash=body_hash,
+    )
+    return job, charge
+
+
+# -- the worker's side ----------------------------------------------------------------
+
+
+def true_marginal(columns: dict[str, np.ndarray], domain: Domain, attrs: Sequence[str]) -> np.ndarray:
+    """Exact counts over `attrs` (row-major in that order) by one bincount over the columns.
+
+    The one place the data is read for a measurement, so it can move (chunked columns,
+    a GROUP BY pushed down to the database) without touching anything else.
+    """
+    shape = domain.shape(attrs)
+    if len(attrs) == 1:
+        flat = columns[attrs[0]].astype(np.intp, copy=False)
+    else:
+        flat = np.ravel_multi_index([columns[a].astype(np.intp, copy=False) for a in attrs], shape)
+    return np.bincount(flat, minlength=math.prod(shape)).astype(np.int64)
+
+
+class ColumnCache:
+    """A worker's decoded columns, per dataset (datasets never change once uploaded)."""
+
+    def __init__(self, max_datasets: int = 4) -> None:
+        self._columns: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+        self._max = max_datasets
+        self._lock = threading.Lock()
+
+    def get(self, session: Session, dataset_id: str) -> dict[str, np.ndarray]:
+        with self._lock:
+            if dataset_id in self._columns:
+                self._columns.move_to_end(dataset_id)
+                return self._columns[dataset_id]
+        columns = dataset_service.load_columns(session, dataset_id)
+        with self._lock:
+            self._columns[dataset_id] = columns
+            while len(self._columns) > self._max:
+                self._columns.popitem(last=False)
+        return columns
+
+
+def draw(kind: str, counts: np.ndarray, scale: float) -> np.ndarray:
+    """Released noise: OpenDP's exact discrete Gaussian / discrete Laplace on integer counts."""
+    if kind == "gaussian":
+        return noise.discrete_gaussian(counts, scale)
+    return noise.discrete_laplace(counts, scale)
+
+
+def store(
+    session: Session,
+    *,
+    dataset_id: str,
+    job_id: str,
+    position: int,
+    attributes: Sequence[str],
+    noise_kind: str,
+    scale: float,
+    rho_units_used: int,
+    values: np.ndarray,
+    details: dict[str, Any] | None = None,
+) -> MeasurementRecord:
+    record = MeasurementRecord(
+        dataset_id=dataset_id,
+        job_id=job_id,
+        position=position,
+        attributes=list(attributes),
+        noise=noise_kind,
+        scale=float(scale),
+        rho_units=int(rho_units_used),
+        values=pack_column(np.asarray(values, dtype=np.int64)),
+        details=details,
+    )
+    session.add(record)
+    session.flush()
+    return record
+
+
+def measure_job(
+    session: Session, job: Job, columns: Callable[[], dict[str, np.ndarray]], domain: Domain
+) -> bool:
+    """Draw and store the job's noisy marginals unless already stored; never commits.
+
+    Returns True if noise was drawn now, False if the measurements were already there.
+    """
+    if jobs.noise_drawn(session, job.id):
+        return False
+    params = job.params
+    marginals = [tuple(m) for m in params["marginals"]]
+    per_marginal_units = params["rho_units"] // len(marginals)
+    data = columns()
+    for position, attrs in enumerate(marginals):
+        counts = true_marginal(data, domain, attrs)
+        noisy = draw(params["noise"], counts, params["scale"])
+        store(
+            session,
+            dataset_id=job.dataset_id,
+            job_id=job.id,
+            position=position,
+            attributes=attrs,
+            noise_kind=params["noise"],
+            scale=params["scale"],
+            rho_units_used=per_marginal_units,
+            values=noisy,
+        )
+    return True
+
+
+def to_pgm(record: MeasurementRecord) -> Measurement:
+    return Measurement(
+        attributes=tuple(record.attributes),
+        values=unpack_column(record.values).astype(float),
+        noise=record.noise,
+        scale=record.scale,
+    )
+
+
+def load_for_fit(session: Session, dataset_id: str) -> tuple[list[Measurement], int]:
+    """Every measurement of the dataset as pgm Measurements, and the largest id included."""
+    records = session.scalars(
+        select(MeasurementRecord)
+        .where(MeasurementRecord.dataset_id == dataset_id)
+        .order_by(MeasurementRecord.id)
+    ).all()
+    high_water = max((r.id for r in records), default=0)
+    return [to_pgm(r) for r in records], high_water
+
+
+def high_water(session: Session, *, dataset_id: str, job_id: str | None = None) -> int:
+    query = select(func.coalesce(func.max(MeasurementRecord.id), 0)).where(
+        MeasurementRecord.dataset_id == dataset_id
+    )
+    if job_id is not None:
+        query = query.where(MeasurementRecord.job_id == job_id)
+    return int(session.scalar(query) or 0)
+
+
+def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementRecord]:
+    return session.scalars(
+        select(MeasurementRecord)
+        .where(MeasurementRecord.dataset_id == dataset_id)
+        .order_by(MeasurementRecord.id)
+    ).all()
+
+
+def decoded_values(record: MeasurementRecord) -> list[int]:
+    return unpack_column(record.values).tolist()

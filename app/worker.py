@@ -1,0 +1,346 @@
+"""The worker: claim a job, run it (measure → fit), finish it; and the embedded worker process.
+
+`Worker.run_once` claims the oldest claimable job under a lease, runs it and marks
+it succeeded or failed. A heartbeat thread renews the lease (and the dataset's fit
+lock while fitting) every third of the lease; if the lease is lost, the worker
+abandons the job at the next step, leaving it to whoever holds it now.
+
+Running a measurement job:
+1. measure — in one transaction: unless the job's measurements are already stored,
+   compute the true marginals, add OpenDP's discrete noise, store the noisy counts
+   and record the stage. A retried job finds them and never draws again.
+2. fit — `fits.ensure_fitted`: the first model version covering those measurements.
+3. succeed with that version.
+
+A failure that is the job's own (bad parameters, a model too large) fails it for
+good, refunding its ρ if no noise was drawn; a database hiccup gives the job back
+to the queue for another attempt.
+
+`start_embedded_workers` runs workers in child processes of `privq serve`, so a fit
+shares neither the GIL nor the event loop with the API.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+
+from app.config import Settings
+from app.db import Database, Job
+from app.errors import PrivqError
+from app.services import datasets as dataset_service
+from app.services import fits, jobs
+from app.services import measurements as measurement_service
+
+logger = logging.getLogger("privq.worker")
+
+
+class LeaseLost(RuntimeError):
+    """Another worker holds this job now (our lease expired)."""
+
+
+def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
+    if kind == "measure":
+        return Worker.run_measurement
+    if kind in ("aim", "mwem"):
+        from app.services import mechanisms  # the workload-adaptive mechanisms
+
+        return mechanisms.run_job
+    raise PrivqError(f"unknown job kind {kind!r}")
+
+
+class Heartbeat:
+    """Renews a job's lease (and fit locks in use) in the background while the job runs."""
+
+    def __init__(self, worker: Worker, job_id: str) -> None:
+        self.worker = worker
+        self.job_id = job_id
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="privq-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval = max(0.05, self.worker.settings.lease_seconds / 3)
+        while not self._stop.wait(interval):
+            try:
+                with self.worker.database.unit_of_work() as session:
+                    held = jobs.renew(session, job_id=self.job_id, owner=self.worker.worker_id,
+                                      lease_seconds=self.worker.settings.lease_seconds)
+                if not held:
+                    self.lost.set()
+                    return
+                for dataset_id in list(self.worker.held_fit_locks):
+                    fits.renew(self.worker.database, dataset_id, owner=self.worker.worker_id,
+                               lease_seconds=self.worker.settings.lease_seconds)
+            except OperationalError:
+                logger.warning("lease renewal failed; retrying", exc_info=True)
+
+
+class Worker:
+    """One worker: claims and runs jobs one at a time."""
+
+    def __init__(self, database: Database, settings: Settings, *, worker_id: str | None = None,
+                 poll_seconds: float | None = None) -> None:
+        self.database = database
+        self.settings = settings
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.poll_seconds = settings.worker_poll_seconds if poll_seconds is None else poll_seconds
+        self.columns = measurement_service.ColumnCache()
+        self.held_fit_locks: set[str] = set()
+        self._heartbeat: Heartbeat | None = None
+        self._last_progress: dict[str, Any] = {}
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run_once(self) -> bool:
+        """Claim and run one job; False if there was none to claim."""
+        with self.database.unit_of_work() as session:
+            job = jobs.claim(session, owner=self.worker_id,
+                             lease_seconds=self.settings.lease_seconds,
+                             is_sqlite=self.database.is_sqlite)
+            if job is None:
+                return False
+            session.expunge(job)
+        logger.info("job claimed", extra={"job_id": job.id, "kind": job.kind,
+                                          "attempt": job.attempts})
+        self._last_progress = dict(job.progress or {})
+        try:
+            with Heartbeat(self, job.id) as heartbeat:
+                self._heartbeat = heartbeat
+                result = _handler(job.kind)(self, job)
+            self._finish(job, result)
+        except LeaseLost:
+            logger.warning("lease lost; leaving the job to its new owner", extra={"job_id": job.id})
+        except OperationalError:
+            logger.exception("database error; giving the job back", extra={"job_id": job.id})
+            self._give_back(job)
+        except (PrivqError, ValueError) as error:
+            self._fail(job, str(error))
+        except Exception as error:  # noqa: BLE001 - a job must end, whatever broke
+            logger.exception("job crashed", extra={"job_id": job.id})
+            self._fail(job, f"internal error ({type(error).__name__}); see the worker log")
+        except BaseException:
+            # Stopping (SIGTERM, Ctrl-C): hand the job back at once rather than after the lease.
+            self._give_back(job)
+            raise
+        finally:
+            self._heartbeat = None
+        return True
+
+    def run_until_idle(self, max_jobs: int = 1000) -> int:
+        """Run jobs until none is claimable (tests and `privq worker --once`)."""
+        done = 0
+        while done < max_jobs and self.run_once():
+            done += 1
+        return done
+
+    def run_forever(self, stop: threading.Event | None = None,
+                    alive: Callable[[], bool] | None = None) -> None:
+        stop = stop or threading.Event()
+        logger.info("worker started", extra={"worker_id": self.worker_id})
+        while not stop.is_set():
+            if alive is not None and not alive():
+                logger.info("parent process gone; worker stopping")
+                return
+            try:
+                ran = self.run_once()
+            except OperationalError:
+                logger.exception("cannot reach the database; retrying")
+                ran = False
+            if not ran:
+                stop.wait(self.poll_seconds)
+
+    # -- steps shared by every kind of job ----------------------------------------------
+
+    def check_lease(self) -> None:
+        if self._heartbeat is not None and self._heartbeat.lost.is_set():
+            raise LeaseLost()
+
+    def progress(self, job: Job, update: dict[str, Any]) -> None:
+        """Record progress (visible through GET /v1/jobs/{id}); raises LeaseLost if not ours."""
+        self._last_progress = {**self._last_progress, **update}
+        with self.database.unit_of_work() as session:
+            held = jobs.renew(session, job_id=job.id, owner=self.worker_id,
+                              lease_seconds=self.settings.lease_seconds,
+                              progress=self._last_progress)
+        if not held:
+            raise LeaseLost()
+
+    def domain_of(self, dataset_id: str) -> Any:
+        with self.database.read_only() as session:
+            return dataset_service.dataset_schema(
+                dataset_service.get_dataset(session, dataset_id)
+            ).domain()
+
+    def columns_of(self, dataset_id: str) -> Callable[[], dict[str, Any]]:
+        def load() -> dict[str, Any]:
+            with self.database.read_only() as session:
+                return self.columns.get(session, dataset_id)
+
+        return load
+
+    def fit_options(self) -> fits.FitOptions:
+        return fits.FitOptions(
+            solver=self.settings.fit_solver,
+            max_iterations=self.settings.fit_max_iterations,
+            tolerance=self.settings.fit_tolerance,
+            max_model_cells=self.settings.max_model_cells,
+        )
+
+    def fit_covering(self, job: Job, high_water: int) -> int:
+        """The model version covering the job's measurements (fitting it if needed)."""
+        self.check_lease()
+        return fits.ensure_fitted(
+            self.database,
+            job.dataset_id,
+            self.domain_of(job.dataset_id),
+            high_water=high_water,
+            owner=self.worker_id,
+            lease_seconds=self.settings.lease_seconds,
+            options=self.fit_options(),
+            progress=lambda update: self.progress(job, update),
+            held_locks=self.held_fit_locks,
+        )
+
+    # -- job kinds ------------------------------------------------------------------------
+
+    def run_measurement(self, job: Job) -> dict[str, Any]:
+        domain = self.domain_of(job.dataset_id)
+        self.progress(job, {"stage": "measuring"})
+        with self.database.unit_of_work() as session:
+            if not jobs.holds_lease(session, job_id=job.id, owner=self.worker_id):
+                raise LeaseLost()
+            drawn = measurement_service.measure_job(
+                session, job, self.columns_of(job.dataset_id), domain
+            )
+            high_water = measurement_service.high_water(
+                session, dataset_id=job.dataset_id, job_id=job.id
+            )
+        logger.info("measured" if drawn else "measurements already stored",
+                    extra={"job_id": job.id})
+        self.progress(job, {"stage": "measured"})
+        version = self.fit_covering(job, high_water)
+        return {"model_version": version}
+
+    # -- endings ------------------------------------------------------------------------
+
+    def _finish(self, job: Job, result: dict[str, Any]) -> None:
+        with self.database.unit_of_work() as session:
+            row = session.get(Job, job.id)
+            if row is None or row.lease_owner != self.worker_id or row.status != "running":
+                raise LeaseLost()
+            jobs.succeed(session, row, model_version=result["model_version"],
+                         progress={**self._last_progress, **result})
+        logger.info("job succeeded", extra={"job_id": job.id,
+                                            "model_version": result["model_version"]})
+
+    def _fail(self, job: Job, message: str) -> None:
+        with self.database.unit_of_work() as session:
+            row = session.get(Job, job.id)
+            if row is None or row.lease_owner != self.worker_id or row.status != "running":
+                return
+            refunded = jobs.fail(session, row, message)
+        logger.warning("job failed", extra={"job_id": job.id, "refunded_units": refunded})
+
+    def _give_back(self, job: Job) -> None:
+        try:
+            with self.database.unit_of_work() as session:
+                jobs.release(session, job_id=job.id, owner=self.worker_id)
+        except Exception:  # noqa: BLE001 - the lease will expire anyway
+            logger.exception("could not give the job back; its lease will expire",
+                             extra={"job_id": job.id})
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def run_worker(settings: Settings, *, once: bool = False) -> None:
+    """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle)."""
+    database = Database.from_settings(settings)
+    worker = Worker(database, settings)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Raise in the main thread: the job in hand is given back, then we exit.
+        stop.set()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if once:
+            worker.run_until_idle()
+        else:
+            worker.run_forever(stop)
+    except (SystemExit, KeyboardInterrupt):
+        pass
+    finally:
+        database.dispose()
+
+
+def _embedded_main(settings: Settings, parent_pid: int) -> None:
+    from app.logs import configure_logging
+
+    configure_logging(settings.log_level)
+    try:
+        os.nice(5)  # the API answers first; fits use what is left
+    except OSError:
+        pass
+    database = Database.from_settings(settings)
+    worker = Worker(database, settings)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.set()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    try:
+        worker.run_forever(stop, alive=lambda: os.getppid() == parent_pid)
+    except SystemExit:
+        pass
+    finally:
+        database.dispose()
+
+
+def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]:
+    """Start `count` worker processes beside the API; returns the function that stops them."""
+    context = multiprocessing.get_context("spawn")
+    processes = [
+        context.Process(target=_embedded_main, args=(settings, os.getpid()),
+                        name=f"privq-worker-{i}", daemon=True)
+        for i in range(count)
+    ]
+    for process in processes:
+        process.start()
+    logger.info("embedded workers started", extra={"count": count})
+
+    def stop() -> None:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        deadline = time.monotonic() + 10
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+
+    return stop
