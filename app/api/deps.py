@@ -3,6 +3,8 @@
 - `SessionDep` — the request's unit of work: one session, committed once right after
   the endpoint returns (before the response is sent), rolled back if it raised.
   Endpoints and services never commit.
+- `ReadSessionDep` — a session for endpoints that only read: never commits, and on
+  SQLite does not take the write lock (DEFERRED), so reads never queue behind writes.
 - `PrincipalDep` — the caller: the admin, or a tenant (401 without a valid key).
 - `CurrentTenant` — a tenant only (the admin key gets 403: it holds no budget).
 - `AdminAuth` — the admin only (a tenant key gets 403).
@@ -26,9 +28,7 @@ from app.db import Database, Tenant
 from app.errors import Forbidden, Unauthorized
 from app.services import tenants as tenant_service
 
-bearer_scheme = HTTPBearer(
-    auto_error=False, description="The admin key or a tenant's API key."
-)
+bearer_scheme = HTTPBearer(auto_error=False, description="The admin key or a tenant's API key.")
 
 
 def get_settings(request: Request) -> Settings:
@@ -56,6 +56,14 @@ def get_session(database: DatabaseDep) -> Iterator[Session]:
 # scope="function": commit when the endpoint returns, so a failed commit is the
 # response the client gets (not a 201 followed by a lost write).
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def get_read_session(database: DatabaseDep) -> Iterator[Session]:
+    with database.read_only() as session:
+        yield session
+
+
+ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.api.deps import PrincipalDep, SessionDep
+from app.api.deps import PrincipalDep, ReadSessionDep
 from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
@@ -30,12 +30,12 @@ DEFAULT_DELTA = 1e-6
 )
 def read_budget(
     dataset_id: str,
-    session: SessionDep,
+    session: ReadSessionDep,
     principal: PrincipalDep,
-    delta: Annotated[float, Query(gt=0, lt=1, description="δ for the (ε, δ) report.")] = DEFAULT_DELTA,
-    tenant_id: Annotated[
-        str | None, Query(description="Admin only: whose grant to read.")
-    ] = None,
+    delta: Annotated[
+        float, Query(gt=0, lt=1, description="δ for the (ε, δ) report.")
+    ] = DEFAULT_DELTA,
+    tenant_id: Annotated[str | None, Query(description="Admin only: whose grant to read.")] = None,
 ) -> BudgetOut:
     """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
     if principal.tenant is not None:
@@ -67,7 +67,7 @@ def read_budget(
     responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
 )
 def read_ledger(
-    dataset_id: str, session: SessionDep, principal: PrincipalDep
+    dataset_id: str, session: ReadSessionDep, principal: PrincipalDep
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all of them for the admin, a tenant's own otherwise."""
     tenant_id = None if principal.tenant is None else principal.tenant.id

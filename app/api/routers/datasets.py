@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, UploadFile, status
 
-from app.api.deps import AdminAuth, PrincipalDep, SessionDep, SettingsDep
+from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
 from app.api.schemas import DatasetOut, ErrorOut
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
@@ -58,9 +58,7 @@ def upload_dataset(
     is stored if any value is outside the schema (the error names the column and lines)."""
     # The JSON text itself, so the parser also catches duplicate keys.
     dataset_schema = dataset_service.parse_dataset_schema(schema_text)
-    rho_total_units = (
-        None if rho_total in (None, "") else rho_units(rho_total, field="rho_total")
-    )
+    rho_total_units = None if rho_total in (None, "") else rho_units(rho_total, field="rho_total")
     dataset = dataset_service.create_dataset(
         session,
         name=name,
@@ -73,7 +71,7 @@ def upload_dataset(
 
 
 @router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
-def list_datasets(session: SessionDep, principal: PrincipalDep) -> list[DatasetOut]:
+def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
     tenant_id = None if principal.tenant is None else principal.tenant.id
     return [
@@ -88,7 +86,7 @@ def list_datasets(session: SessionDep, principal: PrincipalDep) -> list[DatasetO
     response_model_exclude_none=True,
     responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
 )
-def read_dataset(dataset_id: str, session: SessionDep, principal: PrincipalDep) -> DatasetOut:
+def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
     tenant_id = None if principal.tenant is None else principal.tenant.id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from app.api.deps import AdminAuth, SessionDep
+from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.schemas import ErrorOut, GrantCreate, GrantOut
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
@@ -33,7 +33,9 @@ def create_grant(
 
 
 @router.get("", response_model=list[GrantOut])
-def list_grants(dataset_id: str, session: SessionDep, _admin: AdminAuth) -> list[GrantOut]:
+def list_grants(dataset_id: str, session: ReadSessionDep, _admin: AdminAuth) -> list[GrantOut]:
     """Every grant on this dataset."""
     dataset_service.get_dataset(session, dataset_id)
-    return [GrantOut.of(grant) for grant in grant_service.list_grants(session, dataset_id=dataset_id)]
+    return [
+        GrantOut.of(grant) for grant in grant_service.list_grants(session, dataset_id=dataset_id)
+    ]

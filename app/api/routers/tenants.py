@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from app.api.deps import AdminAuth, SessionDep
+from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.schemas import ErrorOut, TenantCreate, TenantCreated, TenantOut
 from app.services import tenants as tenant_service
 
@@ -24,6 +24,6 @@ def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) ->
 
 
 @router.get("", response_model=list[TenantOut])
-def list_tenants(session: SessionDep, _admin: AdminAuth) -> list[TenantOut]:
+def list_tenants(session: ReadSessionDep, _admin: AdminAuth) -> list[TenantOut]:
     """Every tenant, oldest first (keys are not shown)."""
     return [TenantOut.of(tenant) for tenant in tenant_service.list_tenants(session)]
