@@ -650,7 +650,7 @@ def fit(
     tolerance: float = 1e-6,
     callback: Callback | None = None,
     max_model_cells: int | None = None,
-    heuristic: str = "min_fill",
+    heuristic: str = "best",
 ) -> tuple[GraphicalModel, FitRecord]:
     """Fit the graphical model that best explains the measurements.
 

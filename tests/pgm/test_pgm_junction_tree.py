@@ -40,7 +40,7 @@ def _assert_running_intersection(tree) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CLIQUE_SETS))
-@pytest.mark.parametrize("heuristic", ["min_fill", "min_weight"])
+@pytest.mark.parametrize("heuristic", ["min_fill", "min_weight", "best"])
 def test_junction_tree_properties(name: str, heuristic: str) -> None:
     domain = _domain()
     sets = CLIQUE_SETS[name]
@@ -93,3 +93,24 @@ def test_clique_containing_picks_a_superset() -> None:
     assert {"b", "d"} <= set(tree.cliques[k])
     with pytest.raises(KeyError):
         tree.clique_containing(("a", "e"))
+
+
+def test_best_heuristic_takes_the_smaller_triangulation() -> None:
+    # On random workloads the two greedy rules often disagree (in either direction);
+    # "best" must always match the smaller of the two.
+    rng = np.random.default_rng(0)
+    disagreements = 0
+    for _ in range(40):
+        names = tuple("abcdefghij")
+        domain = Domain(names, tuple(int(s) for s in rng.integers(2, 50, size=len(names))))
+        sets = [
+            tuple(rng.choice(names, size=int(rng.integers(2, 4)), replace=False)) for _ in range(6)
+        ]
+        fill = model_cells(domain, sets, "min_fill")
+        weight = model_cells(domain, sets, "min_weight")
+        disagreements += fill != weight
+        best = build_junction_tree(domain, sets)  # the default
+        assert best.total_cells == min(fill, weight) == model_cells(domain, sets)
+        # Rebuilding from the chosen cliques (as a persisted model does) keeps them.
+        assert set(build_junction_tree(domain, best.cliques).cliques) == set(best.cliques)
+    assert disagreements > 0
