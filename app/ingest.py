@@ -179,26 +179,64 @@ class _StrippingLookup(dict):  # type: ignore[type-arg]
         return code
 
 
+_MISS = -2  # memo marker: the cell's code is not remembered yet
+
+
+class _Memo(dict):  # type: ignore[type-arg]
+    """cell -> code of a numeric or integer column, for cells already parsed once."""
+
+    def __missing__(self, cell: str) -> int:
+        return _MISS
+
+
 class _ColumnEncoder:
-    """Turns one column's cells (a tuple of str) into codes; -1 marks a bad cell."""
+    """Turns one column's cells (a tuple of str) into codes; -1 marks a bad cell.
+
+    Numeric and integer columns usually repeat a few thousand spellings ("39",
+    "40.5"): a bounded memo answers those by dict lookup and parses only new ones
+    (vectorised, so the result is the same either way). A column whose cells keep
+    missing the memo once it is full is parsed without it.
+    """
+
+    MEMO_CAPACITY = 8192
+    MEMO_GIVE_UP_MISS_FRACTION = 0.3
 
     def __init__(self, attribute: Attribute) -> None:
         self.attribute = attribute
         self.size = attribute.size
         self.dtype = code_dtype(self.size)
+        self._memo: _Memo | None = None
         if attribute.kind == "categorical":
             assert attribute.values is not None
             self._lookup = _StrippingLookup(attribute.values)
+        else:
+            self._memo = _Memo()
         if attribute.kind == "numeric":
             assert attribute.bins is not None
             self._edges = np.asarray(attribute.bins, dtype=np.float64)
 
     def encode(self, cells: tuple[str, ...]) -> np.ndarray:
         """int64 codes, -1 where the cell is outside the schema."""
-        kind = self.attribute.kind
-        if kind == "categorical":
+        if self.attribute.kind == "categorical":
             return np.fromiter(map(self._lookup.__getitem__, cells), np.int64, len(cells))
-        if kind == "numeric":
+        memo = self._memo
+        if memo is None:
+            return self._parse(cells)
+        codes = np.fromiter(map(memo.__getitem__, cells), np.int64, len(cells))
+        missed_rows = np.flatnonzero(codes == _MISS)
+        if missed_rows.size:
+            missed_cells = [cells[row] for row in missed_rows.tolist()]
+            fresh = self._parse(tuple(missed_cells))
+            codes[missed_rows] = fresh
+            room = self.MEMO_CAPACITY - len(memo)
+            if room > 0:
+                memo.update(zip(missed_cells[:room], fresh[:room].tolist(), strict=True))
+            elif missed_rows.size > self.MEMO_GIVE_UP_MISS_FRACTION * len(cells):
+                self._memo = None
+        return codes
+
+    def _parse(self, cells: tuple[str, ...]) -> np.ndarray:
+        if self.attribute.kind == "numeric":
             return self._encode_numeric(cells)
         return self._encode_integer(cells)
 

@@ -350,3 +350,35 @@ def test_larger_file_across_many_batches_matches_a_direct_encoding() -> None:
         table.columns["age"], np.searchsorted([0, 18, 30, 45, 65, 120], age, side="right") - 1
     )
     np.testing.assert_array_equal(table.columns["children"], children)
+
+
+@pytest.mark.parametrize("memo_capacity", [0, 5, 8192])
+def test_memo_of_parsed_cells_never_changes_the_codes(
+    monkeypatch: pytest.MonkeyPatch, memo_capacity: int
+) -> None:
+    import app.ingest
+
+    monkeypatch.setattr(app.ingest._ColumnEncoder, "MEMO_CAPACITY", memo_capacity)
+    rng = np.random.default_rng(11)
+    n = 3_000
+    # Repeated spellings (memo hits), padded and float spellings, and unique values.
+    k_cells = rng.choice(["0", "1", " 2 ", "3.0", "+1", "9", "2"], size=n)
+    x_values = np.where(rng.random(n) < 0.5, rng.integers(0, 30, n), rng.uniform(-50, 150, n))
+    schema = parse_schema(
+        {
+            "attributes": [
+                {"name": "k", "type": "integer", "size": 4, "clip": True},
+                {"name": "x", "type": "numeric", "bins": [0, 10, 20, 100], "clip": True},
+            ]
+        }
+    )
+    body = "".join(f"{k},{x!r}\n" for k, x in zip(k_cells, x_values.tolist(), strict=True))
+    table = encode("k,x\n" + body, schema, chunk_rows=100)
+    expected_k = np.array([min(int(float(c)), 3) for c in k_cells])
+    expected_x = np.clip(np.searchsorted([0, 10, 20, 100], x_values, side="right") - 1, 0, 2)
+    np.testing.assert_array_equal(table.columns["k"], expected_k)
+    np.testing.assert_array_equal(table.columns["x"], expected_x)
+    # A bad spelling is refused on every line it occurs, remembered or not.
+    bad_body = "k,x\n" + "1,5\n7.5,5\n" * 30
+    error = refused(bad_body, schema, chunk_rows=4)
+    assert error.details == {"column": "k", "lines": [3, 5, 7, 9, 11, 13, 15, 17, 19, 21]}
