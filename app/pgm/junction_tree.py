@@ -4,9 +4,10 @@ From the measured attribute sets we form the interaction graph (an edge between 
 two attributes measured together), triangulate it by a greedy elimination order
 (min-fill, min-weight, or by default "best": both, keeping the one with fewer cells —
 neither rule dominates, see `_elimination_cliques`), keep the maximal elimination
-cliques, and join them by a maximum-weight spanning tree over separator sizes (Kruskal). The result satisfies
-the running-intersection property, so exact sum-product belief propagation on it
-gives the model's clique marginals (`app.pgm.belief_propagation`).
+cliques, and join them by a maximum-weight spanning tree over separator sizes
+(Kruskal). The result satisfies the running-intersection property, so exact
+sum-product belief propagation on it gives the model's clique marginals
+(`app.pgm.belief_propagation`).
 
 Every domain attribute appears in some clique: attributes that no measurement
 mentions become singleton cliques. Disconnected components are joined by edges with
