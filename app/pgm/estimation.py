@@ -27,15 +27,30 @@ clique marginals to every measured answer):
   the equality constraints exact in a KKT solve factorised once per penalty value
   (scipy.sparse splu), puts non-negativity and the L1 terms in closed-form proximal
   steps (clipping, soft-thresholding), and adapts its penalty by residual balancing.
-  It converges in hundreds of cheap iterations where mirror descent needs tens of
-  thousands, because it is not slowed by the many cells whose optimum is 0.
+  It converges in about a hundred cheap iterations (Adult: 88, 0.3 ms each) where
+  mirror descent needs tens of thousands, because it is not slowed by the many cells
+  whose optimum is 0. With Laplace terms it first fits least squares (variance-
+  matched weights) and starts the L1 iterations from there.
 
-Every solver ends the same way: consistent clique probabilities are turned into
-potentials on the tree (`potentials_from_marginals`: θ_root = log p_root and
-θ_C = log p_C − log p_C(S) for the others), so the returned model's clique marginals
-are those probabilities. A zero probability becomes log(1e-300) ≈ −690.8 rather than
-−inf, so downstream inference never meets −inf − (−inf); the mass this puts on
-impossible cells is below 1e-290 and invisible in counts.
+The loss only sees the measured sets' marginals, so it is flat along interactions the
+triangulation added. Mirror descent from θ = 0 converges to the maximum-entropy point of
+that optimal face; ADMM and dual averaging end with a few sweeps of iterative
+proportional fitting (`_maximum_entropy`) that move them to the same point — the same
+loss, the same distribution as Private-PGM, no invented interactions.
+
+Models are built from clique probabilities with `potentials_from_marginals`
+(θ_root = log p_root, θ_C = log p_C − log p_C(S) for the others). A zero probability
+becomes log(1e-300) ≈ −690.8 rather than −inf, so downstream inference never meets
+−inf − (−inf); the mass this puts on impossible cells is below 1e-290.
+
+Stopping (`tolerance`): mirror descent and dual averaging stop when the loss changes by
+less than tolerance·max(loss, 1) between iterations; ADMM when its primal and dual
+residuals, relative to the iterates' and the objective's scale (as in OSQP), are below
+tolerance — or when they have not improved by 10% in 200 iterations, which happens for
+tolerances below what float64 residuals reach (~1e-7) long after the loss has settled.
+`FitRecord.converged` says which. Per-iteration losses of ADMM are at its non-negative
+iterate, which may be slightly inconsistent; `FitRecord.final_loss` is the returned
+model's own loss.
 """
 
 from __future__ import annotations
@@ -621,9 +636,9 @@ def _admm_phase(
             run.converged = True
             break
         # Residuals can level off above a tolerance that float64 cannot reach (the loss has
-        # long stopped changing by then): give up after 500 iterations without a 10% gain.
+        # long stopped changing by then): give up after 200 iterations without a 10% gain.
         best_residual = min(best_residual, worst)
-        if iteration % 500 == 0:
+        if iteration % 200 == 0:
             if best_residual > 0.9 * residual_at_check:
                 break
             residual_at_check = best_residual
@@ -654,8 +669,13 @@ def fit(
 ) -> tuple[GraphicalModel, FitRecord]:
     """Fit the graphical model that best explains the measurements.
 
+    `warm_start`: a previous model (maybe over other cliques); each of its potentials is
+    added onto the smallest new clique containing it, others start from zero. Mirror
+    descent and dual averaging start from those potentials, ADMM from their marginals.
+    `callback(iteration, loss)` is called after every iteration.
     Raises ModelTooLarge (from the junction tree) when the model would exceed
-    `max_model_cells`, before any numerical work.
+    `max_model_cells`, before any numerical work; ValueError for bad measurements, an
+    unknown solver, or dual averaging with Laplace measurements.
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, not {solver!r}")
