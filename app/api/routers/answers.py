@@ -1,0 +1,277 @@
+"""Free answers from a dataset's model: model, marginals, count, queries, synthetic.
+
+All of them are post-processing of the latest model version: they never touch the
+ledger and run in a read-only session (on SQLite a deferred transaction, so queries
+never wait for, or hold, the write lock). The session is closed before any
+inference runs. Answers are built as plain JSON values by `app.services.answers` and
+sent as they are; the pydantic models below document them in OpenAPI only.
+
+A tenant sees a dataset's answers only with a grant on it (else 404, as for a missing
+dataset); the admin may read every dataset's answers, as it may read the dataset.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
+
+from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep
+from app.api.schemas import ErrorOut, RequestBody
+from app.services import answers
+from app.services.models import LoadedModel
+
+router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
+
+NOT_FOUND = {
+    404: {
+        "model": ErrorOut,
+        "description": "No such dataset (or no grant on it); or `no_model` before the first fit.",
+    }
+}
+INVALID = {422: {"model": ErrorOut, "description": "The request names something the schema does not have, or is too large."}}
+
+
+def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
+    tenant_id = None if principal.tenant is None else principal.tenant.id
+    with database.read_only() as session:
+        return answers.visible_model(session, dataset_id, tenant_id=tenant_id)
+
+
+# ---- request bodies -----------------------------------------------------------------
+
+Label = StrictStr | StrictInt | StrictFloat
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class RangeIn(RequestBody):
+    """A half-open range [ge, lt) on original values (numeric and integer attributes)."""
+
+    ge: FiniteFloat | None = None
+    lt: FiniteFloat | None = None
+
+
+class GroupsIn(RequestBody):
+    """Named groups of values: one answer row per group."""
+
+    groups: dict[str, list[Label]] = Field(min_length=1)
+
+
+class FactoredQueryIn(RequestBody):
+    """One factored query (Private-PGM appendix B); unmentioned attributes are summed out."""
+
+    where: dict[str, list[Label] | RangeIn] = Field(
+        default_factory=dict,
+        description="Evidence: a set of values, or {\"ge\", \"lt\"} on original values.",
+    )
+    by: dict[str, Literal["value", "cdf"] | GroupsIn] = Field(
+        default_factory=dict,
+        description="Answer axes: every value, cumulative counts, or named groups.",
+    )
+    weights: dict[str, list[FiniteFloat]] = Field(
+        default_factory=dict, description="Any row vector over an attribute's codes."
+    )
+    moments: dict[str, Annotated[int, Field(ge=1, le=answers.MAX_MOMENT_ORDER)]] = Field(
+        default_factory=dict,
+        description="Σ value^k for k = 1..K (bin midpoints for numeric attributes).",
+    )
+
+    def to_spec(self) -> answers.QuerySpec:
+        return answers.QuerySpec(
+            where={
+                name: answers.ValueRange(c.ge, c.lt) if isinstance(c, RangeIn) else c
+                for name, c in self.where.items()
+            },
+            by={
+                name: answers.Grouping(how.groups) if isinstance(how, GroupsIn) else how
+                for name, how in self.by.items()
+            },
+            weights=self.weights,
+            moments=self.moments,
+        )
+
+
+class QueriesIn(RequestBody):
+    model_config = {
+        "extra": "forbid",
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "queries": [
+                        {"where": {"sex": ["F"], "age": {"ge": 30, "lt": 45}}},
+                        {"by": {"race": "value"}, "moments": {"age": 2}},
+                    ]
+                }
+            ]
+        },
+    }
+    queries: list[FactoredQueryIn] = Field(
+        min_length=1, max_length=answers.MAX_QUERIES_PER_REQUEST
+    )
+
+
+# ---- response documentation ---------------------------------------------------------
+
+
+class ModelMeasurementOut(BaseModel):
+    id: int
+    attributes: list[str]
+    noise: Literal["gaussian", "laplace"]
+    sigma: float | None = Field(default=None, description="Gaussian noise std (Gaussian only).")
+    scale: float | None = Field(default=None, description="Laplace scale b (Laplace only).")
+
+
+class ModelOut(BaseModel):
+    version: int
+    cliques: list[list[str]]
+    fitted_at: str
+    solver: str
+    iterations: int
+    loss: float
+    fit_seconds: float
+    measurement_count: int
+    measurements: list[ModelMeasurementOut]
+
+
+class MarginalOut(BaseModel):
+    attributes: list[str]
+    values: list[list[str]] = Field(description="Cell labels, row-major over `attributes`.")
+    counts: list[float] = Field(description="The model's counts N̂·p, one per cell.")
+    model_version: int
+    measured: bool = Field(description="Some measurement covers all these attributes.")
+    covered_by: int = Field(description="How many measurements cover them.")
+    standard_error: float | None = Field(
+        description="Per-cell standard error of the covering measurements combined "
+        "(inverse-variance weighted, AIM §5 Theorem 1); null if none covers them."
+    )
+    error_bound: dict[str, Any] | None = Field(description="Reserved: 95% L1 error bound.")
+    unmeasured_attributes: list[str]
+    note: str | None
+
+
+class CountOut(BaseModel):
+    count: float
+    model_version: int
+    note: str | None
+
+
+class AnswerOut(BaseModel):
+    attributes: list[str] = Field(description="The `by` and `moments` axes, in order.")
+    labels: list[list[str]] = Field(description="Cell labels, row-major over the axes.")
+    values: list[float] = Field(description="One value per cell; one value if no axes.")
+    note: str | None
+
+
+class AnswersOut(BaseModel):
+    answers: list[AnswerOut]
+    model_version: int
+
+
+# ---- endpoints ----------------------------------------------------------------------
+
+
+@router.get(
+    "/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND}
+)
+def read_model(dataset_id: str, database: DatabaseDep, principal: PrincipalDep) -> JSONResponse:
+    """The latest model version: cliques, fit figures and the measurements it covers."""
+    loaded = _loaded_model(database, principal, dataset_id)
+    return JSONResponse(answers.model_description(loaded))
+
+
+@router.get(
+    "/marginals",
+    response_model=None,
+    responses={200: {"model": MarginalOut}, **NOT_FOUND, **INVALID},
+)
+def read_marginals(
+    dataset_id: str,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    attrs: Annotated[
+        str, Query(description="Attribute names, comma-separated: `age,sex`.", examples=["age,sex"])
+    ],
+) -> JSONResponse:
+    """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
+    loaded = _loaded_model(database, principal, dataset_id)
+    names = answers.parse_attribute_list(loaded.schema, attrs)
+    return JSONResponse(
+        answers.marginal_answer(loaded, names, max_cells=settings.max_marginal_cells)
+    )
+
+
+@router.get(
+    "/count", response_model=None, responses={200: {"model": CountOut}, **NOT_FOUND, **INVALID}
+)
+def read_count(
+    dataset_id: str,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    where: Annotated[
+        list[str],
+        Query(
+            description="Repeatable filter: `sex:F,M` (values) or `age:30..45` (half-open "
+            "range on original values; either end may be left out).",
+            examples=[["sex:F", "age:30..45"]],
+        ),
+    ] = [],  # noqa: B006 — FastAPI copies query defaults
+) -> JSONResponse:
+    """The model's count of records matching every filter (free)."""
+    loaded = _loaded_model(database, principal, dataset_id)
+    return JSONResponse(answers.count_answer(loaded, where))
+
+
+@router.post(
+    "/queries",
+    response_model=None,
+    responses={200: {"model": AnswersOut}, **NOT_FOUND, **INVALID},
+)
+def answer_queries(
+    dataset_id: str,
+    body: QueriesIn,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+) -> JSONResponse:
+    """Factored linear queries answered by variable elimination on the model (free)."""
+    loaded = _loaded_model(database, principal, dataset_id)
+    specs = [query.to_spec() for query in body.queries]
+    return JSONResponse(
+        answers.queries_answer(loaded, specs, max_cells=settings.max_marginal_cells)
+    )
+
+
+@router.get(
+    "/synthetic",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/csv": {}}}, **NOT_FOUND, **INVALID},
+)
+def read_synthetic(
+    dataset_id: str,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    rows: Annotated[
+        int | None,
+        Query(ge=0, description="Rows to sample; default the model's estimated total."),
+    ] = None,
+    seed: Annotated[
+        int | None, Query(ge=0, lt=2**63, description="Seed, for a reproducible sample.")
+    ] = None,
+) -> StreamingResponse:
+    """Synthetic records sampled from the model, streamed as CSV in the schema's labels."""
+    loaded = _loaded_model(database, principal, dataset_id)
+    count = answers.synthetic_rows(loaded, rows)
+    return StreamingResponse(
+        answers.synthetic_csv(loaded, count, seed),
+        media_type="text/csv; charset=utf-8",
+        headers={
+            "Content-Disposition": (
+                f'attachment; filename="synthetic-v{loaded.version}.csv"'
+            ),
+            "X-Model-Version": str(loaded.version),
+            "X-Rows": str(count),
+        },
+    )
