@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 
 from app.db import Database, FitLock, utcnow
 from app.pgm.domain import Domain
-from app.pgm.estimation import fit
+from app.pgm.estimation import FitRecord, fit
+from app.pgm.model import GraphicalModel
 from app.services import measurements as measurement_service
 from app.services import models as model_service
 
@@ -191,3 +192,35 @@ def ensure_fitted(
             progress({"stage": "waiting_for_fit"})
             waiting_reported = True
         time.sleep(poll_seconds)
+
+
+def save_if_current(
+    database: Database,
+    dataset_id: str,
+    model: GraphicalModel,
+    record: FitRecord,
+    *,
+    high_water: int,
+    measurement_count: int,
+    owner: str,
+    lease_seconds: float,
+    poll_seconds: float = 0.25,
+) -> int | None:
+    """Store an already fitted model as the next version if it covers every measurement.
+
+    A mechanism's final model was fitted over all of the dataset's measurements up to
+    `high_water`; if nothing was measured since, it is the dataset's model and need not
+    be fitted again. Returns the version, or None if newer measurements exist.
+    """
+    while not acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
+        time.sleep(poll_seconds)
+    try:
+        with database.unit_of_work() as session:
+            if measurement_service.high_water(session, dataset_id=dataset_id) != high_water:
+                return None
+            return model_service.save_version(
+                session, dataset_id=dataset_id, model=model, record=record,
+                high_water=high_water, measurement_count=measurement_count,
+            ).version
+    finally:
+        release(database, dataset_id, owner=owner)

@@ -121,15 +121,18 @@ def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str
         select(MeasurementRecord.attributes).where(MeasurementRecord.dataset_id == dataset_id)
     ).all()
     sets = {tuple(r) for r in rows}
-    # Jobs not yet measured will add theirs too: count them, or two requests could
-    # each pass the check and together exceed the cap.
+    # Measurement jobs not yet run will add theirs too: count them, or two requests
+    # could each pass the check and together exceed the cap. (A mechanism job keeps
+    # its own model within the cap, given what is measured when it runs.)
     pending = session.scalars(
-        select(Job.params).where(Job.dataset_id == dataset_id, Job.status.in_(("queued", "running")))
+        select(Job.params).where(
+            Job.dataset_id == dataset_id,
+            Job.kind == "measure",
+            Job.status.in_(("queued", "running")),
+        )
     ).all()
     for params in pending:
         for attrs in (params or {}).get("marginals", []):
-            sets.add(tuple(attrs))
-        for attrs in (params or {}).get("workload", []):
             sets.add(tuple(attrs))
     return sorted(sets)
 

@@ -50,7 +50,10 @@ class JobAccepted(BaseModel):
     noise: str
     sigma: float | None = None
     scale: float | None = None
-    marginals: list[list[str]]
+    marginals: list[list[str]] | None = Field(default=None, description="What will be measured.")
+    workload: list[list[str]] | None = Field(
+        default=None, description="A mechanism's workload (it chooses what to measure)."
+    )
     replayed: bool = Field(description="True if the Idempotency-Key matched an earlier request.")
 
 

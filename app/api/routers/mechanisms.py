@@ -1,0 +1,94 @@
+"""Workload-adaptive mechanisms: pay ρ up front, AIM or MWEM+PGM chooses what to measure."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+from pydantic import ConfigDict, Field
+
+from app.api.deps import CurrentTenant, SessionDep, SettingsDep
+from app.api.routers.measurements import IdempotencyKey, JobAccepted
+from app.api.schemas import ErrorOut, RequestBody
+from app.services import mechanisms as mechanism_service
+from app.services import measurements as measurement_service
+from app.services.rho import units_to_decimal_str, units_to_rho
+
+router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
+
+RESPONSES = {
+    404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
+    409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
+    422: {"model": ErrorOut, "description": "Invalid workload or options, or model too large."},
+}
+
+
+class AimRequest(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"rho": 0.5, "workload": [["age", "sex"], ["race", "income>50K"]]},
+                {"rho": 0.1, "max_model_cells": 100000},
+            ]
+        },
+    )
+    rho: float | str = Field(description="Total ρ the mechanism may spend (charged up front).")
+    workload: list[list[str]] | None = Field(
+        default=None, description="Marginals you will ask about (default: all 2-way)."
+    )
+    max_model_cells: int | None = Field(
+        default=None, description="Cap on the model's size (default: the service's cap)."
+    )
+
+
+class MwemRequest(AimRequest):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"rho": 0.5, "workload": [["age", "sex"], ["race", "sex"]], "rounds": 30}]
+        },
+    )
+    rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
+
+
+def _submit(kind: str, dataset_id: str, body: AimRequest, session: SessionDep,
+            settings: SettingsDep, tenant: CurrentTenant, idempotency_key: str | None
+            ) -> JobAccepted:
+    job, charge = mechanism_service.submit(
+        session,
+        kind=kind,
+        tenant_id=tenant.id,
+        dataset_id=dataset_id,
+        settings=settings,
+        rho=body.rho,
+        workload=body.workload,
+        max_model_cells=body.max_model_cells,
+        rounds=getattr(body, "rounds", None),
+        idempotency_key=idempotency_key,
+        body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
+    )
+    return JobAccepted(
+        job_id=job.id,
+        status=job.status,
+        rho_charged=units_to_rho(charge.rho_units),
+        rho_charged_exact=units_to_decimal_str(charge.rho_units),
+        rho_remaining=units_to_rho(charge.rho_remaining_units),
+        noise="gaussian",
+        workload=job.params["workload"],
+        replayed=charge.replayed,
+    )
+
+
+@router.post("/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses=RESPONSES)
+def run_aim(dataset_id: str, body: AimRequest, session: SessionDep, settings: SettingsDep,
+            tenant: CurrentTenant, idempotency_key: IdempotencyKey = None) -> JobAccepted:
+    """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
+    return _submit("aim", dataset_id, body, session, settings, tenant, idempotency_key)
+
+
+@router.post("/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
+             responses=RESPONSES)
+def run_mwem(dataset_id: str, body: MwemRequest, session: SessionDep, settings: SettingsDep,
+             tenant: CurrentTenant, idempotency_key: IdempotencyKey = None) -> JobAccepted:
+    """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
+    return _submit("mwem", dataset_id, body, session, settings, tenant, idempotency_key)

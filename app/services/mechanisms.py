@@ -1,0 +1,289 @@
+"""Mechanism jobs: AIM and MWEM+PGM bought up front, run by the worker, resumable round by round.
+
+`submit` validates the workload and options, then charges the whole ρ and creates
+the job in one transaction (`measurements.submit`). The worker's `run_job` drives
+`app.privacy.mechanisms` with:
+
+- the dataset's true marginals (the mechanism never sees rows),
+- the rounds this job already stored (a resumed job replays them: no noise twice),
+- `on_round`, which stores each round as a measurement row and commits BEFORE the
+  mechanism uses it,
+- the dataset's other measurements as context (post-processing, free).
+
+The ρ the mechanism may spend is the charge, less a relative 1e-11 so that float
+rounding in its bookkeeping can never take the exact cost of its rounds over the
+exact charge; `check_spent` verifies that with rational arithmetic after the run.
+The job ends with a model version of the dataset (the mechanism's own final model
+when nothing else was measured meanwhile, a refit otherwise) and leaves its
+Theorem 4 bounds, relative to that version, in the job's result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from itertools import combinations
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.db import Job, MeasurementRecord
+from app.errors import InvalidRequest
+from app.ingest import unpack_column
+from app.pgm.domain import Domain
+from app.pgm.junction_tree import model_cells
+from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
+from app.services import datasets as dataset_service
+from app.services import fits, ledger
+from app.services import measurements as measurement_service
+from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
+
+if TYPE_CHECKING:
+    from app.worker import Worker
+
+MECHANISMS = ("aim", "mwem")
+MAX_WORKLOAD = 5000
+MAX_MWEM_ROUNDS = 1000
+# The mechanism runs on a hair less than the charge: its float bookkeeping allows a
+# relative 1e-12 of rounding, and we want the exact cost strictly within the charge.
+SAFETY = 1.0 - 1e-11
+
+
+def default_workload(domain: Domain) -> list[tuple[str, ...]]:
+    """All 2-way marginals (AIM's and the API's default workload)."""
+    return [tuple(pair) for pair in combinations(domain.attributes, 2)]
+
+
+def check_workload(
+    domain: Domain, workload: Sequence[Sequence[str]] | None, *, max_marginal_cells: int
+) -> list[tuple[str, ...]]:
+    if workload is None:
+        return default_workload(domain)
+    if len(workload) > MAX_WORKLOAD:
+        raise InvalidRequest(f"workload: at most {MAX_WORKLOAD} marginals")
+    checked = measurement_service.check_attribute_sets(
+        domain, workload, max_cells=max_marginal_cells, field="workload"
+    )
+    return [domain.canonical(attrs) for attrs in checked]
+
+
+def plan(
+    kind: str,
+    domain: Domain,
+    *,
+    rho: float | str,
+    workload: Sequence[Sequence[str]] | None,
+    max_model_cells: int | None,
+    rounds: int | None,
+    settings_max_model_cells: int,
+    settings_max_marginal_cells: int,
+    measured: Sequence[Sequence[str]],
+) -> tuple[dict[str, Any], int]:
+    """Validate a mechanism request (no database writes); the job's params and its exact ρ."""
+    if kind not in MECHANISMS:
+        raise InvalidRequest(f"unknown mechanism {kind!r}")
+    units = rho_units(rho)
+    checked = check_workload(domain, workload, max_marginal_cells=settings_max_marginal_cells)
+    cap = settings_max_model_cells if max_model_cells is None else max_model_cells
+    if not 1 <= cap <= settings_max_model_cells:
+        raise InvalidRequest(
+            f"max_model_cells must be between 1 and the service's {settings_max_model_cells}"
+        )
+    if kind == "mwem":
+        if rounds is None:
+            rounds = len(domain)
+        if not 1 <= rounds <= MAX_MWEM_ROUNDS:
+            raise InvalidRequest(f"rounds must be between 1 and {MAX_MWEM_ROUNDS}")
+    elif rounds is not None:
+        raise InvalidRequest("rounds is an MWEM option; AIM chooses its own")
+    # AIM starts from every one-way marginal of the workload's closure; the model that
+    # makes (with what the dataset already measured) must fit, or the job could not run.
+    oneway = sorted({(a,) for attrs in checked for a in attrs})
+    needed = model_cells(domain, [*map(tuple, measured), *oneway])
+    if needed > cap:
+        raise measurement_service.ModelTooLargeRequest(
+            f"the dataset's model with this workload's one-way marginals needs {needed} "
+            f"cells; max_model_cells is {cap}",
+            model_cells=needed, max_model_cells=cap,
+        )
+    if not any(model_cells(domain, [*map(tuple, measured), r]) <= cap for r in checked):
+        raise measurement_service.ModelTooLargeRequest(
+            f"no workload marginal fits within max_model_cells = {cap}", max_model_cells=cap
+        )
+    params = {
+        "rho_units": units,
+        "workload": [list(a) for a in checked],
+        "max_model_cells": cap,
+        "rounds": rounds,
+    }
+    return params, units
+
+
+def submit(
+    session: Session, *, kind: str, tenant_id: str, dataset_id: str, settings: Any,
+    rho: float | str, workload: Sequence[Sequence[str]] | None, max_model_cells: int | None,
+    rounds: int | None, idempotency_key: str | None, body_hash: str,
+) -> tuple[Job, ledger.ChargeResult]:
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    domain = dataset_service.dataset_schema(dataset).domain()
+    params, units = plan(
+        kind, domain, rho=rho, workload=workload, max_model_cells=max_model_cells,
+        rounds=rounds, settings_max_model_cells=settings.max_model_cells,
+        settings_max_marginal_cells=settings.max_marginal_cells,
+        measured=measurement_service.measured_attribute_sets(session, dataset_id),
+    )
+    oneway = sorted({(a,) for attrs in params["workload"] for a in attrs})
+    return measurement_service.submit(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        kind=kind,
+        params=params,
+        rho_units_total=units,
+        attribute_sets=oneway,
+        max_model_cells=params["max_model_cells"],
+        idempotency_key=idempotency_key,
+        body_hash=body_hash,
+        description=f"{kind.upper()} over {len(params['workload'])} workload marginal(s)",
+    )
+
+
+# -- the worker's side ----------------------------------------------------------------
+
+
+def exact_round_cost(round_: Round) -> Fraction:
+    """The exact ρ of a round from the floats it used: 1/(2σ²) + ε²/8."""
+    sigma = Fraction(round_.sigma)
+    cost = Fraction(1, 2) / (sigma * sigma)
+    if round_.epsilon > 0:
+        epsilon = Fraction(round_.epsilon)
+        cost += epsilon * epsilon / 8
+    return cost
+
+
+def check_spent(rounds: Sequence[Round], charged_units: int) -> Fraction:
+    """Exact total ρ of the rounds; AssertionError if it exceeds the exact charge."""
+    spent = sum((exact_round_cost(r) for r in rounds), Fraction(0))
+    charged = Fraction(charged_units, UNITS_PER_RHO)
+    assert spent <= charged, f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged"
+    return spent
+
+
+def stored_rounds(session: Session, job_id: str) -> list[Round]:
+    records = session.scalars(
+        select(MeasurementRecord)
+        .where(MeasurementRecord.job_id == job_id)
+        .order_by(MeasurementRecord.position)
+    ).all()
+    return [
+        Round.from_dict({**(r.details or {}), "values": unpack_column(r.values).tolist()})
+        for r in records
+    ]
+
+
+def _round_details(round_: Round) -> dict[str, Any]:
+    details = round_.to_dict()
+    details.pop("values")  # stored once, packed, in the measurement row
+    return details
+
+
+def run_job(worker: Worker, job: Job) -> dict[str, Any]:
+    """Run (or resume) the job's mechanism, then make the model version that covers it."""
+    params = job.params
+    domain = worker.domain_of(job.dataset_id)
+    columns = worker.columns_of(job.dataset_id)
+    data: dict[str, Any] = {}
+
+    def true_marginal(attrs: tuple[str, ...]) -> Any:
+        if not data:
+            data.update(columns())
+        return measurement_service.true_marginal(data, domain, attrs)
+
+    with worker.database.read_only() as session:
+        completed = stored_rounds(session, job.id)
+        others = [
+            measurement_service.to_pgm(r)
+            for r in session.scalars(
+                select(MeasurementRecord)
+                .where(MeasurementRecord.dataset_id == job.dataset_id,
+                       MeasurementRecord.job_id != job.id)
+                .order_by(MeasurementRecord.id)
+            )
+        ]
+    rho = units_to_rho(params["rho_units"]) * SAFETY
+
+    def on_round(round_: Round) -> None:
+        worker.check_lease()
+        with worker.database.unit_of_work() as session:
+            from app.services import jobs
+
+            if not jobs.holds_lease(session, job_id=job.id, owner=worker.worker_id):
+                from app.worker import LeaseLost
+
+                raise LeaseLost()
+            measurement_service.store(
+                session,
+                dataset_id=job.dataset_id,
+                job_id=job.id,
+                position=round_.index,
+                attributes=round_.attributes,
+                noise_kind="gaussian",
+                scale=round_.sigma,
+                rho_units_used=math.ceil(exact_round_cost(round_) * UNITS_PER_RHO),
+                values=round_.values,
+                details=_round_details(round_),
+            )
+
+    def on_progress(progress: Progress) -> None:
+        worker.progress(job, {
+            "stage": f"round {progress.stage}",
+            "round": progress.round_index,
+            "rounds_done": progress.rounds_done,
+            "attributes": list(progress.attributes),
+            "rho_used": progress.rho_used,
+            "rho_total": units_to_rho(params["rho_units"]),
+        })
+
+    options = MechanismOptions(
+        max_model_cells=params["max_model_cells"],
+        rounds=params.get("rounds"),
+        fit_solver=worker.settings.fit_solver,
+    )
+    runner = run_aim if job.kind == "aim" else run_mwem
+    result = runner(
+        domain,
+        true_marginal,
+        rho,
+        [tuple(w) for w in params["workload"]],
+        options=options,
+        completed_rounds=completed,
+        on_round=on_round,
+        on_progress=on_progress,
+        base_measurements=others,
+    )
+    spent = check_spent(result.rounds, params["rho_units"])
+
+    with worker.database.read_only() as session:
+        high_water = measurement_service.high_water(session, dataset_id=job.dataset_id)
+        job_high_water = measurement_service.high_water(
+            session, dataset_id=job.dataset_id, job_id=job.id
+        )
+    worker.check_lease()
+    version = fits.save_if_current(
+        worker.database, job.dataset_id, result.model, result.fit,
+        high_water=high_water, measurement_count=len(others) + len(result.rounds),
+        owner=worker.worker_id, lease_seconds=worker.settings.lease_seconds,
+    )
+    bounds_version = version
+    if version is None:  # something else was measured meanwhile: refit over everything
+        version = worker.fit_covering(job, job_high_water)
+    return {
+        "model_version": version,
+        "rounds": len(result.rounds),
+        "rho_used": float(spent),
+        "bounds_model_version": bounds_version,
+        "unmeasured_bounds": [b.to_dict() for b in result.unmeasured_bounds.values()]
+        if bounds_version is not None else [],
+    }

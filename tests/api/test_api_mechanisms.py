@@ -1,0 +1,185 @@
+"""AIM and MWEM+PGM as budgeted jobs: charged once, spend within the charge, resume after a crash."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.db import Database, Job, LedgerEntry, MeasurementRecord
+from app.services import measurements as measurement_service
+from app.services import mechanisms as mechanism_service
+from app.services.rho import UNITS_PER_RHO
+from app.worker import Worker
+from conftest import ApiHelper, adult_slice
+
+COLUMNS = ["marital-status", "relationship", "race", "sex", "income>50K"]
+SIZES = {"marital-status": 7, "relationship": 6, "race": 5, "sex": 2, "income>50K": 2}
+
+
+def small_adult(rows: int = 3000) -> bytes:
+    lines = adult_slice(rows).decode().splitlines()
+    header = lines[0].split(",")
+    keep = [header.index(c) for c in COLUMNS]
+    out = [",".join(COLUMNS)]
+    for line in lines[1:]:
+        cells = line.split(",")
+        out.append(",".join(cells[i] for i in keep))
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.fixture(scope="module")
+def small(api: ApiHelper) -> dict[str, Any]:
+    dataset = api.upload_dataset(small_adult(), SIZES)
+    return dataset
+
+
+def new_tenant(api: ApiHelper, dataset_id: str, rho: float | str = 1) -> dict[str, Any]:
+    tenant = api.create_tenant()
+    api.grant(dataset_id, tenant["id"], rho)
+    return tenant
+
+
+def job_of(database: Database, job_id: str) -> Job:
+    with database.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        session.expunge(job)
+        return job
+
+
+def charges(database: Database, job_id: str) -> list[tuple[str, int]]:
+    with database.read_only() as session:
+        return [(e.kind, e.rho_units) for e in session.query(LedgerEntry).filter_by(job_id=job_id)]
+
+
+def rounds_spent(database: Database, job_id: str) -> Fraction:
+    with database.read_only() as session:
+        return mechanism_service.check_spent(
+            mechanism_service.stored_rounds(session, job_id), 10**30
+        )
+
+
+@pytest.mark.parametrize("kind", ["aim", "mwem"])
+def test_mechanism_job_spends_within_its_charge_and_makes_a_model(
+    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database,
+    settings: Settings, kind: str,
+) -> None:
+    tenant = new_tenant(api, small["id"])
+    body: dict[str, Any] = {"rho": 0.3}
+    if kind == "mwem":
+        body.update(rounds=4, workload=[["sex", "income>50K"], ["race", "sex"],
+                                        ["marital-status", "relationship"]])
+    response = client.post(
+        f"/v1/datasets/{small['id']}/mechanisms/{kind}", json=body, headers=tenant["headers"]
+    )
+    assert response.status_code == 202, response.text
+    accepted = response.json()
+    assert accepted["rho_charged_exact"] == "0.3"
+    assert Worker(database, settings, poll_seconds=0.01).run_until_idle() >= 1
+    job = job_of(database, accepted["job_id"])
+    assert job.status == "succeeded", job.error
+    assert job.model_version is not None
+    # One charge, no refund; the rounds' exact cost is within it (and nearly all of it).
+    assert charges(database, job.id) == [("charge", 3 * UNITS_PER_RHO // 10)]
+    spent = rounds_spent(database, job.id)
+    assert spent <= Fraction(3, 10)
+    assert spent > Fraction(3, 10) * Fraction(999, 1000)
+    assert job.progress["rounds"] >= (4 if kind == "mwem" else len(SIZES) + 1)
+    releases = client.get(
+        f"/v1/datasets/{small['id']}/measurements", headers=tenant["headers"]
+    ).json()
+    mine = [r for r in releases if r["job_id"] == job.id]
+    assert len(mine) == job.progress["rounds"]
+    if kind == "aim":  # AIM starts from every one-way marginal
+        assert sorted(r["attributes"][0] for r in mine[: len(SIZES)]) == sorted(SIZES)
+        assert all(r["details"]["kind"] == "select+measure" for r in mine[len(SIZES):])
+
+
+def test_mechanism_requests_are_validated_before_charging(
+    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database
+) -> None:
+    tenant = new_tenant(api, small["id"])
+    url = f"/v1/datasets/{small['id']}/mechanisms"
+    bad = [
+        ("aim", {"rho": 0.1, "workload": [["nope", "sex"]]}),
+        ("aim", {"rho": 0.1, "workload": []}),
+        ("aim", {"rho": 0.1, "rounds": 3}),
+        ("aim", {"rho": 0.1, "max_model_cells": 10**12}),
+        ("aim", {"rho": 0.1, "max_model_cells": 3}),
+        ("aim", {"rho": -1}),
+        ("aim", {"rho": 0.1, "colour": "red"}),
+        ("mwem", {"rho": 0.1, "rounds": 0}),
+    ]
+    for kind, body in bad:
+        response = client.post(f"{url}/{kind}", json=body, headers=tenant["headers"])
+        assert response.status_code == 422, (kind, body, response.text)
+        assert response.json()["error"]["message"]
+    with database.read_only() as session:
+        assert session.query(LedgerEntry).filter_by(tenant_id=tenant["id"]).count() == 0
+    too_much = client.post(f"{url}/aim", json={"rho": 5}, headers=tenant["headers"])
+    assert too_much.status_code == 409
+    assert too_much.json()["error"]["code"] == "insufficient_budget"
+
+
+def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
+    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database,
+    settings: Settings, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.privacy import noise
+
+    tenant = new_tenant(api, small["id"])
+    job_id = client.post(
+        f"/v1/datasets/{small['id']}/mechanisms/mwem",
+        json={"rho": 0.2, "rounds": 5, "workload": [["sex", "income>50K"], ["race", "sex"],
+                                                     ["relationship", "sex"]]},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+
+    draws: list[int] = []
+    sampler = noise.discrete_gaussian
+
+    def counted(counts: np.ndarray, sigma: float) -> np.ndarray:
+        draws.append(counts.size)
+        return sampler(counts, sigma)
+
+    monkeypatch.setattr(noise, "discrete_gaussian", counted)
+    store = measurement_service.store
+    stored_calls = {"n": 0}
+
+    def crashing_store(session: Any, **kwargs: Any) -> Any:
+        stored_calls["n"] += 1
+        if stored_calls["n"] == 3:
+            raise KeyboardInterrupt  # the process dies while storing round 2
+        return store(session, **kwargs)
+
+    monkeypatch.setattr(measurement_service, "store", crashing_store)
+    worker = Worker(database, settings, poll_seconds=0.01)
+    with pytest.raises(KeyboardInterrupt):
+        worker.run_once()
+    assert job_of(database, job_id).status == "queued"  # given back
+    with database.read_only() as session:
+        before = [
+            r.values for r in session.query(MeasurementRecord).filter_by(job_id=job_id)
+            .order_by(MeasurementRecord.position)
+        ]
+    assert len(before) == 2 and len(draws) == 3  # round 2's draw never reached storage
+
+    monkeypatch.setattr(measurement_service, "store", store)
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+    job = job_of(database, job_id)
+    assert job.status == "succeeded", job.error
+    assert job.progress["rounds"] == 5
+    assert len(draws) == 3 + 3  # rounds 2, 3, 4 drawn on resume; rounds 0, 1 never again
+    with database.read_only() as session:
+        after = [
+            r.values for r in session.query(MeasurementRecord).filter_by(job_id=job_id)
+            .order_by(MeasurementRecord.position)
+        ]
+    assert after[:2] == before
+    assert rounds_spent(database, job_id) <= Fraction(2, 10)
+    assert charges(database, job_id) == [("charge", 2 * UNITS_PER_RHO // 10)]
