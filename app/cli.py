@@ -5,6 +5,7 @@
 - `privq worker` — a standalone worker process (scale-out, PostgreSQL).
 - `privq migrate` — upgrade the database schema to the latest revision.
 - `privq admin create-tenant NAME` — create a tenant and print its id and API key.
+- `privq demo [--data-dir DIR]` — the whole loop on Adult, in one process (`app.demo`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace, _settings: Settings) -> int:
+    from pathlib import Path
+
+    from app.demo import default_data_dir, run_demo
+
+    return run_demo(Path(args.data_dir) if args.data_dir else default_data_dir(), rho=args.rho)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privq", description="Privacy-budgeted query answering service."
@@ -89,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = commands.add_parser("worker", help="run a job worker until interrupted")
     worker.set_defaults(handler=_worker)
+
+    demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")
+    demo.add_argument("--data-dir", help="folder with adult.csv and adult-domain.json "
+                      "(default: ../shared/data beside the repository)")
+    demo.add_argument("--rho", type=float, default=1.0, help="the analyst's grant (default 1)")
+    demo.set_defaults(handler=_demo)
 
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.set_defaults(handler=_migrate)
