@@ -23,7 +23,10 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import json
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +40,6 @@ from app.pgm.domain import DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, DatasetSchema, SchemaError, format_number
-from app.services import datasets as dataset_service
 from app.services import models as model_service
 from app.services.models import LoadedModel
 
@@ -81,8 +83,10 @@ def visible_model(session: Session, dataset_id: str, *, tenant_id: str | None) -
     `tenant_id` None is the admin. A tenant without a grant gets NotFound exactly as
     for a missing dataset; a visible dataset without a model gets NoModel (404).
     """
-    dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-    return model_service.current_model(session, dataset_id)
+    version = model_service.visible_latest_version(session, dataset_id, tenant_id=tenant_id)
+    if version is None:
+        raise model_service.NoModel()
+    return model_service.current_model(session, dataset_id, version=version)
 
 
 # ---- shared pieces ------------------------------------------------------------------
@@ -179,13 +183,10 @@ def error_bound(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, Any] | N
     return None
 
 
-def marginal_answer(
+def _marginal_counts(
     loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
-) -> dict[str, Any]:
-    """The model's counts over `attrs` (axes in the order given) with cell labels."""
-    schema = loaded.schema
-    domain = loaded.model.domain
-    cells = domain.cells(attrs)
+) -> np.ndarray:
+    cells = loaded.model.domain.cells(attrs)
     if cells > max_cells:
         raise TooManyCells(
             f"attrs: the marginal over {', '.join(attrs)} has {cells} cells, more than "
@@ -197,14 +198,13 @@ def marginal_answer(
     except InferenceTooLarge as error:
         raise _too_large(error, "attrs") from None
     # N̂·p is non-negative; clamp the last-bit rounding of the elimination.
-    counts = np.maximum(counts, 0.0).ravel()
-    label_lists = [schema.attribute(a).labels() for a in attrs]
+    return np.maximum(counts, 0.0).ravel()
+
+
+def _marginal_details(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, Any]:
     se = standard_error(loaded, attrs)
     untouched, note = untouched_note(loaded, attrs)
     return {
-        "attributes": list(attrs),
-        "values": _cell_labels(label_lists),
-        "counts": counts.tolist(),
         "model_version": loaded.version,
         "measured": se.covered_by > 0,
         "covered_by": se.covered_by,
@@ -213,6 +213,73 @@ def marginal_answer(
         "unmeasured_attributes": untouched,
         "note": note,
     }
+
+
+def marginal_answer(
+    loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
+) -> dict[str, Any]:
+    """The model's counts over `attrs` (axes in the order given) with cell labels:
+    `{"attributes", "values", "counts", "model_version", "measured", "covered_by",
+    "standard_error", "error_bound", "unmeasured_attributes", "note"}`."""
+    counts = _marginal_counts(loaded, attrs, max_cells=max_cells)
+    label_lists = [loaded.schema.attribute(a).labels() for a in attrs]
+    return {
+        "attributes": list(attrs),
+        "values": _cell_labels(label_lists),
+        "counts": counts.tolist(),
+        **_marginal_details(loaded, attrs),
+    }
+
+
+# Encoded cell labels of recent marginals, by dataset: they depend only on the
+# schema, which is fixed when the dataset is uploaded, and encoding them is most of
+# the cost of a marginal's response.
+_LABELS_JSON_BYTES = 32 * 1024 * 1024  # all entries together
+_LABELS_JSON_ENTRY_BYTES = 1024 * 1024  # larger label lists are encoded every time
+_labels_json_cache: OrderedDict[tuple[str, tuple[str, ...]], bytes] = OrderedDict()
+_labels_json_size = 0
+_labels_json_lock = threading.Lock()
+
+
+def _labels_json(loaded: LoadedModel, attrs: tuple[str, ...]) -> bytes:
+    key = (loaded.dataset_id, attrs)
+    with _labels_json_lock:
+        encoded = _labels_json_cache.get(key)
+        if encoded is not None:
+            _labels_json_cache.move_to_end(key)
+            return encoded
+    global _labels_json_size
+    label_lists = [loaded.schema.attribute(a).labels() for a in attrs]
+    encoded = _dumps(_cell_labels(label_lists))
+    if len(encoded) > _LABELS_JSON_ENTRY_BYTES:
+        return encoded
+    with _labels_json_lock:
+        if key not in _labels_json_cache:
+            _labels_json_cache[key] = encoded
+            _labels_json_size += len(encoded)
+        while _labels_json_size > _LABELS_JSON_BYTES:
+            _, dropped = _labels_json_cache.popitem(last=False)
+            _labels_json_size -= len(dropped)
+    return encoded
+
+
+def _dumps(value: Any) -> bytes:
+    # What Starlette's JSONResponse writes: compact, UTF-8, no NaN.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def marginal_json(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) -> bytes:
+    """`marginal_answer` as JSON bytes, with the cell labels encoded once per marginal."""
+    names = tuple(attrs)
+    counts = _marginal_counts(loaded, names, max_cells=max_cells)
+    return b"".join(
+        (
+            b'{"attributes":', _dumps(list(names)),
+            b',"values":', _labels_json(loaded, names),
+            b',"counts":', _dumps(counts.tolist()),
+            b",", _dumps(_marginal_details(loaded, names))[1:],
+        )
+    )
 
 
 # ---- count --------------------------------------------------------------------------

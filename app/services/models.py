@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, load_only
 
-from app.db import Dataset, MeasurementRecord, ModelVersion
+from app.db import Dataset, Grant, MeasurementRecord, ModelVersion
 from app.errors import Conflict, NotFound, PrivqError
 from app.pgm.estimation import FitRecord
 from app.pgm.model import GraphicalModel
@@ -334,18 +334,63 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
     )
 
 
+# The hot path of every free query: whether the caller may see the dataset and its
+# latest version, in one round trip. Built once (ORM statement construction costs
+# more than the query itself) and run on the session's connection, not the ORM.
+_LATEST_OF_DATASET = (
+    select(ModelVersion.version)
+    .where(ModelVersion.dataset_id == Dataset.id)
+    .order_by(ModelVersion.version.desc())
+    .limit(1)
+    .scalar_subquery()
+)
+_VISIBLE_LATEST_VERSION = select(Dataset.id, _LATEST_OF_DATASET).where(
+    Dataset.id == bindparam("dataset_id")
+)
+_VISIBLE_LATEST_VERSION_FOR_TENANT = _VISIBLE_LATEST_VERSION.where(
+    exists().where(Grant.dataset_id == Dataset.id, Grant.tenant_id == bindparam("tenant_id"))
+)
+
+
+def visible_latest_version(
+    session: Session, dataset_id: str, *, tenant_id: str | None
+) -> int | None:
+    """The latest version of a dataset the caller may see (None before the first fit).
+
+    `tenant_id` None is the admin (sees every dataset). A tenant without a grant on the
+    dataset gets NotFound, exactly as for a dataset that does not exist.
+    """
+    if tenant_id is None:
+        row = session.connection().execute(_VISIBLE_LATEST_VERSION, {"dataset_id": dataset_id})
+    else:
+        row = session.connection().execute(
+            _VISIBLE_LATEST_VERSION_FOR_TENANT,
+            {"dataset_id": dataset_id, "tenant_id": tenant_id},
+        )
+    found = row.first()
+    if found is None:
+        raise NotFound("dataset not found")
+    return None if found[1] is None else int(found[1])
+
+
 def current_model(
-    session: Session, dataset_id: str, *, cache: ModelCache | None = None
+    session: Session,
+    dataset_id: str,
+    *,
+    cache: ModelCache | None = None,
+    version: int | None = None,
 ) -> LoadedModel:
-    """The dataset's latest model version, deserialised once per process.
+    """The dataset's latest model version (or `version`), deserialised once per process.
 
     NoModel (404, `no_model`) before the first fit. The caller has already checked
     that whoever asks may see the dataset.
     """
-    version = latest_version_number(session, dataset_id)
+    if version is None:
+        version = latest_version_number(session, dataset_id)
     if version is None:
         raise NoModel()
     cache = process_model_cache() if cache is None else cache
+    wanted = version
     return cache.get_or_load(
-        dataset_id, version, lambda: load_version(session, dataset_id, version)
+        dataset_id, wanted, lambda: load_version(session, dataset_id, wanted)
     )

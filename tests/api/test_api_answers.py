@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import json
 import math
 import threading
 
@@ -542,3 +543,15 @@ def test_labels_cover_every_cell_in_row_major_order(client, world) -> None:
     np.testing.assert_allclose(
         body["counts"], world["model"].marginal(("race", "hours", "sex")).ravel(), rtol=1e-9
     )
+
+
+def test_marginal_bytes_equal_the_plain_answer(client, world, database) -> None:
+    from app.services import answers
+
+    with database.read_only() as session:
+        loaded = answers.visible_model(session, world["dataset"]["id"], tenant_id=None)
+    for attrs in (("age",), ("race", "hours", "sex"), ("region", "age")):
+        plain = answers.marginal_answer(loaded, attrs, max_cells=1000)
+        plain["values"] = [list(v) for v in plain["values"]]
+        for _ in range(2):  # the second time, the labels come from the cache
+            assert json.loads(answers.marginal_json(loaded, attrs, max_cells=1000)) == plain

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
@@ -194,12 +194,13 @@ def read_marginals(
     attrs: Annotated[
         str, Query(description="Attribute names, comma-separated: `age,sex`.", examples=["age,sex"])
     ],
-) -> JSONResponse:
+) -> Response:
     """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
     loaded = _loaded_model(database, principal, dataset_id)
     names = answers.parse_attribute_list(loaded.schema, attrs)
-    return JSONResponse(
-        answers.marginal_answer(loaded, names, max_cells=settings.max_marginal_cells)
+    return Response(
+        answers.marginal_json(loaded, names, max_cells=settings.max_marginal_cells),
+        media_type="application/json",
     )
 
 
