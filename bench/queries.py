@@ -395,6 +395,7 @@ class BackgroundFits:
         self.fits_completed = 0
         self.failures: list[str] = []
         self.versions: list[int] = []
+        self.post_ms: list[float] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -404,6 +405,7 @@ class BackgroundFits:
             while not self.stop_event.is_set():
                 while len(pending) < 2:
                     pair = next(pairs)
+                    posted = time.perf_counter()
                     response = client.post(
                         f"/v1/datasets/{self.dataset_id}/measurements",
                         json={"marginals": [list(pair)], "noise": "gaussian",
@@ -413,6 +415,7 @@ class BackgroundFits:
                         self.failures.append(f"{response.status_code} {response.text[:200]}")
                         self.stop_event.set()
                         return
+                    self.post_ms.append(1000 * (time.perf_counter() - posted))
                     pending.append(response.json()["job_id"])
                 for job_id in list(pending):
                     job = client.get(f"/v1/jobs/{job_id}").json()
@@ -472,6 +475,7 @@ def run_fit_phase(
             fits_completed=background.fits_completed,
             model_versions=sorted(set(background.versions)),
             background_failures=background.failures[:3],
+            measurement_post_ms_max=round(max(background.post_ms, default=0.0), 1),
         )
         return result
     emulator = subprocess.Popen(
@@ -483,8 +487,8 @@ def run_fit_phase(
     finally:
         out, _ = emulator.communicate(timeout=600)
     result.update(
-        background="emulated (app.worker unavailable): a separate process looping "
-        "app.pgm.estimation.fit on Adult",
+        background="emulated: a separate process looping app.pgm.estimation.fit on Adult "
+        "(--emulate-fits, or app.worker unavailable)",
         fits_completed=json.loads(out.strip().splitlines()[-1])["fits"],
     )
     return result
