@@ -50,6 +50,8 @@ MAX_QUERIES_PER_REQUEST = 1_000
 MAX_MOMENT_ORDER = 8
 MAX_SYNTHETIC_ROWS = 10_000_000
 SYNTHETIC_CHUNK_ROWS = 20_000
+# Marginal counts are rounded to this many decimals (thousandths of a record).
+COUNT_DECIMALS = 3
 
 
 class TooManyCells(InvalidRequest):
@@ -197,8 +199,10 @@ def _marginal_counts(
         counts = loaded.model.marginal(attrs, max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:
         raise _too_large(error, "attrs") from None
-    # N̂·p is non-negative; clamp the last-bit rounding of the elimination.
-    return np.maximum(counts, 0.0).ravel()
+    # N̂·p is non-negative: clamp the last-bit rounding of the elimination. Thousandths
+    # of a record are far below any measurement's noise; fewer digits also halve the
+    # response and its encoding time.
+    return np.round(np.maximum(counts, 0.0).ravel(), COUNT_DECIMALS)
 
 
 def _marginal_details(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, Any]:

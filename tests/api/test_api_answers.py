@@ -165,10 +165,12 @@ def test_marginal_equals_the_models_own_marginal_with_row_major_labels(client, w
     body = _get(client, world, "/marginals", attrs="age,sex").json()
     expected = world["model"].marginal(("age", "sex"))
     assert body["attributes"] == ["age", "sex"] and body["model_version"] == 1
-    np.testing.assert_allclose(body["counts"], expected.ravel(), rtol=1e-9, atol=1e-9)
+    # Counts are rounded to thousandths of a record.
+    np.testing.assert_allclose(body["counts"], expected.ravel(), rtol=0, atol=5e-4 + 1e-9)
+    assert body["counts"] == [round(c, 3) for c in body["counts"]]
     assert body["values"] == [[a, s] for a in AGE_LABELS for s in ("F", "M")]
     assert min(body["counts"]) >= 0
-    assert sum(body["counts"]) == pytest.approx(world["model"].total, rel=1e-9)
+    assert sum(body["counts"]) == pytest.approx(world["model"].total, abs=10 * 5e-4)
 
 
 def test_marginal_standard_error_is_the_inverse_variance_combination(client, world) -> None:
@@ -196,7 +198,7 @@ def test_marginal_over_unmeasured_attribute_says_so(client, world) -> None:
     assert "no measurement touched region" in body["note"]
     assert "maximum-entropy" in body["note"]
     # Maximum entropy: uniform over the unmeasured attribute.
-    np.testing.assert_allclose(body["counts"], [world["model"].total / 4] * 4, rtol=1e-9)
+    np.testing.assert_allclose(body["counts"], [world["model"].total / 4] * 4, atol=5e-4)
     partly = _get(client, world, "/marginals", attrs="sex,region").json()
     assert partly["unmeasured_attributes"] == ["region"] and "region" in partly["note"]
 
@@ -529,7 +531,7 @@ def test_new_version_is_served_and_cached_once_per_version(client, api, database
     assert version_two == 2
     body = client.get(base + "/marginals", params={"attrs": "age"}, headers=tenant["headers"])
     assert body.json()["model_version"] == 2 and body.json()["covered_by"] == 2
-    np.testing.assert_allclose(body.json()["counts"], model_two.marginal(("age",)), rtol=1e-9)
+    np.testing.assert_allclose(body.json()["counts"], model_two.marginal(("age",)), atol=5e-4)
     served_second = cache.get(other["id"], 2)
     assert served_second is not None and served_second is not served_first
     assert len(served_second.measurements) == 4  # every measurement up to its high water
@@ -541,7 +543,7 @@ def test_labels_cover_every_cell_in_row_major_order(client, world) -> None:
     expected = [list(t) for t in itertools.product("abc", "0123", "FM")]
     assert body["values"] == expected and len(body["counts"]) == 24
     np.testing.assert_allclose(
-        body["counts"], world["model"].marginal(("race", "hours", "sex")).ravel(), rtol=1e-9
+        body["counts"], world["model"].marginal(("race", "hours", "sex")).ravel(), atol=5e-4
     )
 
 
