@@ -235,15 +235,38 @@ def load_generator_main(config_json: str) -> None:
     print(json.dumps(asyncio.run(run_load(json.loads(config_json)))), flush=True)
 
 
-def run_load_process(config: dict[str, Any]) -> dict[str, Any]:
-    """The load generator in a separate process, so it does not share the bench's GIL."""
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of one process (Linux /proc; None elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_load_process(config: dict[str, Any], server_pid: int | None = None) -> dict[str, Any]:
+    """The load generator in a separate process, so it does not share the bench's GIL.
+
+    With `server_pid`, also reports the server's CPU per request and the machine's load
+    average before the phase: on a shared machine these tell contention from cost.
+    """
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    cpu_before = process_cpu_seconds(server_pid) if server_pid else None
     result = subprocess.run(
         [sys.executable, __file__, "--load-generator", json.dumps(config)],
         capture_output=True, text=True, timeout=config["duration"] + 120, check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"load generator failed: {result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    cpu_after = process_cpu_seconds(server_pid) if server_pid else None
+    if cpu_before is not None and cpu_after is not None and report["requests"]:
+        report["server_cpu_ms_per_request"] = round(
+            1000 * (cpu_after - cpu_before) / report["requests"], 2
+        )
+    if load_before is not None:
+        report["load_average_before"] = round(load_before, 2)
+    return report
 
 
 # ---- the server and its data ---------------------------------------------------------
@@ -467,7 +490,7 @@ def run_fit_phase(
         background.start()
         background.fitting_seen.wait(timeout=120)
         try:
-            result = run_load_process(config)
+            result = run_load_process(config, server.process.pid)
         finally:
             background.stop()
         result.update(
@@ -483,7 +506,7 @@ def run_fit_phase(
         stdout=subprocess.PIPE, text=True,
     )
     try:
-        result = run_load_process(config)
+        result = run_load_process(config, server.process.pid)
     finally:
         out, _ = emulator.communicate(timeout=600)
     result.update(
@@ -542,7 +565,7 @@ def main() -> None:
             # Warm the server's model cache and plans as any long-running server would be.
             warm = dict(config, duration=min(2.0, args.duration), seed=args.seed + 99)
             run_load_process(warm)
-            idle = run_load_process(config)
+            idle = run_load_process(config, server.process.pid)
             fitting: dict[str, Any] | None = None
             if not args.skip_fit_phase:
                 fitting = run_fit_phase(server, ids, config, embedded)
@@ -559,6 +582,7 @@ def main() -> None:
         "p50_ms": idle["p50_ms"],
         "p99_ms": idle["p99_ms"],
         "errors": idle["errors"],
+        "server_cpu_ms_per_request": idle.get("server_cpu_ms_per_request"),
         "idle": idle,
         "while_fitting": fitting,
         "floors": FLOORS,
