@@ -51,6 +51,31 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def start_slow_worker(database_url: str, *, lease_seconds: int) -> subprocess.Popen[bytes]:
+    """`privq worker` whose fits run until it is stopped (mirror descent, no tolerance)."""
+    env = {
+        **os.environ,
+        "PRIVQ_DATABASE_URL": database_url,
+        "PRIVQ_LEASE_SECONDS": str(lease_seconds),
+        "PRIVQ_WORKER_POLL_SECONDS": "0.05",
+        "PRIVQ_FIT_SOLVER": "mirror_descent",
+        "PRIVQ_FIT_MAX_ITERATIONS": "100000000",
+        "PRIVQ_FIT_TOLERANCE": "0",
+        "PRIVQ_ADMIN_KEY": "unused-admin-key-for-the-worker-process",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "worker"], cwd=REPO, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_until_fitting(database: Database, job_id: str) -> None:
+    wait_for(
+        lambda: (job_state(database, job_id).progress or {}).get("iteration", 0) > 0,
+        timeout=60, what="the worker to be fitting",
+    )
+
+
 def test_worker_killed_during_the_fit_is_recovered_without_new_noise(
     client: TestClient, api: ApiHelper, database: Database, database_url: str, settings: Settings
 ) -> None:
@@ -63,26 +88,9 @@ def test_worker_killed_during_the_fit_is_recovered_without_new_noise(
         headers=tenant["headers"],
     ).json()["job_id"]
 
-    # A worker whose fit runs until it is killed: mirror descent, no tolerance, huge cap.
-    env = {
-        **os.environ,
-        "PRIVQ_DATABASE_URL": database_url,
-        "PRIVQ_LEASE_SECONDS": "2",
-        "PRIVQ_WORKER_POLL_SECONDS": "0.05",
-        "PRIVQ_FIT_SOLVER": "mirror_descent",
-        "PRIVQ_FIT_MAX_ITERATIONS": "100000000",
-        "PRIVQ_FIT_TOLERANCE": "0",
-        "PRIVQ_ADMIN_KEY": "unused-admin-key-for-the-worker-process",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    worker = start_slow_worker(database_url, lease_seconds=2)
     try:
-        wait_for(
-            lambda: (job_state(database, job_id).progress or {}).get("iteration", 0) > 0,
-            timeout=60, what="the first worker to be fitting",
-        )
+        wait_until_fitting(database, job_id)
         before = stored_values(database, job_id)
         assert len(before) == 4
         worker.send_signal(signal.SIGKILL)
@@ -165,25 +173,9 @@ def test_worker_stopped_gracefully_gives_its_job_back(
         json={"marginals": [["age", "sex"], ["sex", "race"]], "rho": 0.5},
         headers=tenant["headers"],
     ).json()["job_id"]
-    env = {
-        **os.environ,
-        "PRIVQ_DATABASE_URL": database_url,
-        "PRIVQ_LEASE_SECONDS": "300",
-        "PRIVQ_WORKER_POLL_SECONDS": "0.05",
-        "PRIVQ_FIT_SOLVER": "mirror_descent",
-        "PRIVQ_FIT_MAX_ITERATIONS": "100000000",
-        "PRIVQ_FIT_TOLERANCE": "0",
-        "PRIVQ_ADMIN_KEY": "unused-admin-key-for-the-worker-process",
-    }
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    worker = start_slow_worker(database_url, lease_seconds=300)
     try:
-        wait_for(
-            lambda: (job_state(database, job_id).progress or {}).get("iteration", 0) > 0,
-            timeout=60, what="the worker to be fitting",
-        )
+        wait_until_fitting(database, job_id)
         worker.send_signal(signal_to_send)
         assert worker.wait(timeout=20) == 0
     finally:
