@@ -41,6 +41,7 @@ from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, DatasetSchema, SchemaError, format_number
 from app.services import models as model_service
+from app.services.bounds import marginal_bound
 from app.services.models import LoadedModel
 
 # Largest intermediate table one query's variable elimination may build (8 bytes a
@@ -173,16 +174,16 @@ def standard_error(loaded: LoadedModel, attrs: Sequence[str]) -> StandardError:
     return StandardError(value=math.sqrt(1.0 / precision), covered_by=covering)
 
 
-def error_bound(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, Any] | None:
-    """Hook: a 95% upper bound on the L1 error of this marginal's answer.
+def error_bound(
+    loaded: LoadedModel, attrs: Sequence[str], counts: np.ndarray
+) -> dict[str, Any] | None:
+    """A 95% upper bound on the L1 error of these counts, and which AIM theorem gave it.
 
-    To be filled from AIM Theorem 2 (marginals in the downward closure of what was
-    measured, with its corollary for the model's answer) and Theorem 4 (workload
-    marginals a mechanism never measured, from the last round they were candidates).
-    The result should say which bound was used, e.g. {"l1": …, "confidence": 0.95,
-    "method": "aim_theorem_2"}. None until then: no bound is claimed.
+    Theorem 2 (with its corollary for the model's answer) where Gaussian measurements
+    cover the attributes; Theorem 4 for a workload marginal a mechanism never measured;
+    None otherwise — no bound is claimed. See `app.services.bounds`.
     """
-    return None
+    return marginal_bound(loaded.bounds, loaded.model.domain, attrs, counts)
 
 
 def _marginal_counts(
@@ -205,7 +206,9 @@ def _marginal_counts(
     return np.round(np.maximum(counts, 0.0).ravel(), COUNT_DECIMALS)
 
 
-def _marginal_details(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, Any]:
+def _marginal_details(
+    loaded: LoadedModel, attrs: Sequence[str], counts: np.ndarray
+) -> dict[str, Any]:
     se = standard_error(loaded, attrs)
     untouched, note = untouched_note(loaded, attrs)
     return {
@@ -213,7 +216,7 @@ def _marginal_details(loaded: LoadedModel, attrs: Sequence[str]) -> dict[str, An
         "measured": se.covered_by > 0,
         "covered_by": se.covered_by,
         "standard_error": se.value,
-        "error_bound": error_bound(loaded, attrs),
+        "error_bound": error_bound(loaded, attrs, counts),
         "unmeasured_attributes": untouched,
         "note": note,
     }
@@ -231,7 +234,7 @@ def marginal_answer(
         "attributes": list(attrs),
         "values": _cell_labels(label_lists),
         "counts": counts.tolist(),
-        **_marginal_details(loaded, attrs),
+        **_marginal_details(loaded, attrs, counts),
     }
 
 
@@ -281,7 +284,7 @@ def marginal_json(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
             b'{"attributes":', _dumps(list(names)),
             b',"values":', _labels_json(loaded, names),
             b',"counts":', _dumps(counts.tolist()),
-            b",", _dumps(_marginal_details(loaded, names))[1:],
+            b",", _dumps(_marginal_details(loaded, names, counts))[1:],
         )
     )
 

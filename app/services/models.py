@@ -20,7 +20,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 
@@ -33,6 +33,7 @@ from app.errors import Conflict, NotFound, PrivqError
 from app.pgm.estimation import FitRecord
 from app.pgm.model import GraphicalModel
 from app.schema import DatasetSchema, parse_schema
+from app.services.bounds import BoundContext, load_context
 
 # Deserialised versions kept per process. Versions of one dataset supersede each
 # other, so a few entries cover the datasets in active use; an Adult-sized model is
@@ -89,6 +90,7 @@ class LoadedModel:
     cliques: tuple[tuple[str, ...], ...]
     high_water: int
     measurements: tuple[CoveredMeasurement, ...]
+    bounds: BoundContext = field(default_factory=BoundContext)
 
     @property
     def measured_attributes(self) -> frozenset[str]:
@@ -331,6 +333,10 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
         cliques=tuple(tuple(clique) for clique in row.cliques),
         high_water=row.high_water,
         measurements=covered_measurements(session, dataset_id, row.high_water),
+        bounds=load_context(
+            session, dataset_id, version=row.version, model=model, high_water=row.high_water,
+            load_model=lambda reference: load_model(session, dataset_id, reference),
+        ),
     )
 
 

@@ -184,7 +184,7 @@ def test_marginal_standard_error_is_the_inverse_variance_combination(client, wor
     assert sex["standard_error"] == pytest.approx(math.sqrt(1 / (1 / 20 + 1 / 27)), rel=1e-12)
     both = _get(client, world, "/marginals", attrs="sex,age").json()
     assert both["covered_by"] == 1 and both["standard_error"] == pytest.approx(2.0)
-    assert both["error_bound"] is None and both["note"] is None
+    assert both["error_bound"]["method"] == "AIM theorem 2" and both["note"] is None
     # race × age is touched but covered by no single measurement.
     mixed = _get(client, world, "/marginals", attrs="race,age").json()
     assert mixed["covered_by"] == 0 and mixed["standard_error"] is None
