@@ -125,7 +125,8 @@ def run_aim(
     run.replay(check)
     for attrs in oneway[len(run.rounds) :]:
         run.measure("measure", attrs, sigma0, 0.0)
-    run.refit()
+    if not run.rounds[-1].final:
+        run.refit()
 
     sigma, epsilon, annealed, done = sigma0, epsilon0, False, False
     last = run.rounds[-1]
@@ -154,9 +155,9 @@ def run_aim(
             estimate_before=before,
             selection_info=info,
         )
-        run.refit()
         if final:
-            break
+            break  # `finish` fits the final model
+        run.refit()
         annealed = _anneal(run, record)
         if annealed:
             sigma, epsilon = sigma / 2.0, epsilon * 2.0

@@ -59,9 +59,15 @@ class MechanismOptions:
     rounds: int | None = None  # AIM: T (default 16·d); MWEM: T (default d)
     measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
-    fit_iterations: int = 500
+    # Fits between rounds only steer selection and annealing: a warm-started mirror-descent
+    # fit of a few hundred iterations per round is enough (each round adds one measurement) and
+    # costs linear time in the model's cells. The final fit, which the result and the
+    # bounds refer to, runs app.pgm's default solver to convergence.
+    fit_solver: str | None = "mirror_descent"
+    fit_iterations: int = 300
+    final_fit_solver: str | None = None  # None: app.pgm's default
+    final_fit_iterations: int = 500
     fit_tolerance: float = 1e-7
-    fit_solver: str | None = None  # None: app.pgm's default
 
     def __post_init__(self) -> None:
         if self.max_model_cells < 1:
@@ -383,15 +389,17 @@ def fit_model(
     measurements: Sequence[Measurement],
     options: MechanismOptions,
     warm_start: GraphicalModel | None,
+    final: bool = False,
 ) -> tuple[GraphicalModel, FitRecord]:
     kwargs: dict[str, Any] = {}
-    if options.fit_solver is not None:
-        kwargs["solver"] = options.fit_solver
+    solver = options.final_fit_solver if final else options.fit_solver
+    if solver is not None:
+        kwargs["solver"] = solver
     return fit(
         domain,
         measurements,
         warm_start=warm_start,
-        max_iterations=options.fit_iterations,
+        max_iterations=options.final_fit_iterations if final else options.fit_iterations,
         tolerance=options.fit_tolerance,
         max_model_cells=options.max_model_cells,
         **kwargs,
@@ -587,23 +595,22 @@ class MechanismRun:
         self._progress("measured", attrs)
         return record
 
-    def refit(self) -> None:
+    def refit(self, final: bool = False) -> None:
         self.model, self.fit_record = fit_model(
-            self.domain, self.measurements(), self.options, self.model
+            self.domain, self.measurements(), self.options, self.model, final
         )
         self._progress("fitted", self.rounds[-1].attributes if self.rounds else ())
 
     # --- end --------------------------------------------------------------------
     def finish(self, weights: Mapping[Attrs, float] | None = None) -> MechanismResult:
-        """Final checks and Theorem 4 bounds (relative to the final model).
+        """Final fit, final checks, and Theorem 4 bounds (relative to the final model).
 
         `weights` are the quality weights w_r the selections used (AIM's candidate
         weights; 1 for MWEM, the default).
         """
         from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
 
-        if self.model is None or self.fit_record is None:
-            self.refit()
+        self.refit(final=True)
         assert self.model is not None and self.fit_record is not None
         used = self.ledger.used
         assert used <= self.ledger.charged * (1.0 + LEDGER_RTOL), "spent more than charged"

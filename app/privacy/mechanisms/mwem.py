@@ -115,5 +115,6 @@ def run_mwem(
             estimate_before=before,
             selection_info=info,
         )
-        run.refit()
+        if not final:
+            run.refit()  # the last round's fit is `finish`'s final fit
     return run.finish()
