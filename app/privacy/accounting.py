@@ -32,15 +32,15 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 __all__ = [
-    "rho_gaussian",
-    "sigma_for_rho",
-    "rho_laplace",
-    "scale_for_rho",
-    "rho_exponential",
     "epsilon_for_rho_exponential",
     "epsilon_from_rho",
     "epsilon_from_rho_loose",
+    "rho_exponential",
     "rho_from_epsilon",
+    "rho_gaussian",
+    "rho_laplace",
+    "scale_for_rho",
+    "sigma_for_rho",
 ]
 
 

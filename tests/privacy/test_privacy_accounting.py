@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -67,7 +68,7 @@ def test_tight_never_above_loose(delta: float) -> None:
 
 def test_epsilon_increasing_in_rho() -> None:
     values = [epsilon_from_rho(float(r), 1e-9) for r in np.geomspace(1e-6, 10, 50)]
-    assert all(a < b for a, b in zip(values, values[1:]))
+    assert all(a < b for a, b in itertools.pairwise(values))
 
 
 @pytest.mark.parametrize("epsilon,delta", [(0.1, 1e-9), (1.0, 1e-9), (1.0, 1e-6), (8.0, 1e-5)])

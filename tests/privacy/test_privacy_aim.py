@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
 import pytest
@@ -30,7 +30,7 @@ from app.privacy.mechanisms.common import (
 
 DOMAIN = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 3))
 ALL_PAIRS = list(combinations(DOMAIN.attributes, 2))
-FAST = dict(fit_iterations=100, final_fit_iterations=300)
+FAST = {"fit_iterations": 100, "final_fit_iterations": 300}
 
 
 def synthetic(seed: int, rows: int = 2_000):  # type: ignore[no-untyped-def]
@@ -81,7 +81,7 @@ def test_schedule_initialisation_and_annealing() -> None:
     assert selects and all(r.kind == "select+measure" for r in selects)
     assert selects[0].epsilon == epsilon0
     # annealing: σ only changes by halving on an annealed round, except the final one
-    for prev, cur in zip(selects, selects[1:]):
+    for prev, cur in pairwise(selects):
         if cur.final:
             continue
         assert cur.sigma == (prev.sigma / 2 if cur.annealed else prev.sigma)
@@ -264,3 +264,24 @@ def test_error_bounds_hold_empirically() -> None:
         assert np.mean(hits) >= 0.9, theorem
     # not vacuous: the combined estimate's error is a sizeable fraction of its bound
     assert 0.3 < float(np.mean(sharpness)) < 1.0
+
+
+def test_error_bound_picks_theorem_and_moves_theorem4_to_later_models() -> None:
+    from app.pgm.estimation import Measurement
+    from app.privacy.mechanisms import UnmeasuredBound
+
+    m = Measurement(("a", "b"), np.ones(6), "gaussian", 2.0)
+    unmeasured = {("c", "d"): UnmeasuredBound(("c", "d"), 50.0, 7, 0.95)}
+    answer_ab = np.ones((2, 3))
+    found = error_bound(DOMAIN, ("b", "a"), answer_ab.T, [m], unmeasured)
+    assert found is not None and found.theorem == "theorem 2"
+    # n_r = 6, σ̄ = 2: √(2/π)·2·6 + √(2 ln 20)·2·√6, and the model answer equals ȳ
+    expected = math.sqrt(2 / math.pi) * 12 + math.sqrt(2 * math.log(20)) * 2 * math.sqrt(6)
+    assert found.bound == pytest.approx(expected)
+    reference = np.arange(20.0).reshape(4, 5)
+    later = reference + 0.5
+    same = error_bound(DOMAIN, ("c", "d"), reference, [m], unmeasured)
+    assert same is not None and same.theorem == "theorem 4" and same.bound == 50.0
+    moved = error_bound(DOMAIN, ("d", "c"), later.T, [m], unmeasured, reference_answer=reference)
+    assert moved is not None and moved.bound == pytest.approx(50.0 + 0.5 * 20)
+    assert error_bound(DOMAIN, ("a", "e"), np.ones((2, 3)), [m], unmeasured) is None

@@ -18,7 +18,7 @@ from app.privacy.mechanisms.common import covered_by
 
 DOMAIN = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 3))
 ALL_PAIRS = list(combinations(DOMAIN.attributes, 2))
-FAST = dict(fit_iterations=100, final_fit_iterations=300)
+FAST = {"fit_iterations": 100, "final_fit_iterations": 300}
 
 
 def synthetic(seed: int, rows: int = 2_000):  # type: ignore[no-untyped-def]

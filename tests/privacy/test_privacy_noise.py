@@ -12,7 +12,7 @@ from app.privacy.accounting import rho_gaussian, rho_laplace
 
 
 def _discrete_gaussian_variance(sigma: float) -> float:
-    k = np.arange(-60 * int(math.ceil(sigma)), 60 * int(math.ceil(sigma)) + 1, dtype=float)
+    k = np.arange(-60 * math.ceil(sigma), 60 * math.ceil(sigma) + 1, dtype=float)
     weights = np.exp(-(k**2) / (2 * sigma**2))
     return float((k**2 * weights).sum() / weights.sum())
 

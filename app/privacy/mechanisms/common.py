@@ -354,9 +354,8 @@ class TrueMarginals:
             raw = np.asarray(self._compute(attrs))
             if raw.size != self.domain.cells(attrs):
                 raise ValueError(f"true marginal of {attrs} has {raw.size} cells")
-            if raw.dtype.kind not in "iub":
-                if not np.all(raw == np.round(raw)):
-                    raise TypeError("true marginals must be integer counts")
+            if raw.dtype.kind not in "iub" and not np.all(raw == np.round(raw)):
+                raise TypeError("true marginals must be integer counts")
             found = raw.astype(np.int64).ravel()
             self._cache[attrs] = found
         return found
