@@ -249,7 +249,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],
         rounds=params.get("rounds"),
-        fit_solver=worker.settings.fit_solver,
+        final_fit_solver=worker.settings.fit_solver,
     )
     runner = run_aim if job.kind == "aim" else run_mwem
     result = runner(
