@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy.exc import OperationalError
 
@@ -69,7 +69,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="privq-heartbeat", daemon=True)
 
-    def __enter__(self) -> Heartbeat:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -134,7 +134,7 @@ class Worker:
             self._give_back(job)
         except (PrivqError, ValueError) as error:
             self._fail(job, str(error))
-        except Exception as error:  # noqa: BLE001 - a job must end, whatever broke
+        except Exception as error:
             logger.exception("job crashed", extra={"job_id": job.id})
             self._fail(job, f"internal error ({type(error).__name__}); see the worker log")
         except BaseException:
@@ -264,7 +264,7 @@ class Worker:
         try:
             with self.database.unit_of_work() as session:
                 jobs.release(session, job_id=job.id, owner=self.worker_id)
-        except Exception:  # noqa: BLE001 - the lease will expire anyway
+        except Exception:
             logger.exception("could not give the job back; its lease will expire",
                              extra={"job_id": job.id})
 

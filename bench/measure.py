@@ -27,7 +27,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from queries import Server, seed_fixed_measurements, setup_over_api  # noqa: E402
+from queries import Server, seed_fixed_measurements, setup_over_api
 
 NEW_PAIRS = [
     ("workclass", "education-num"), ("race", "sex"), ("hours-per-week", "sex"),

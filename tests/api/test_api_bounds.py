@@ -6,7 +6,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ApiHelper
 from fastapi.testclient import TestClient
+from test_api_mechanisms import SIZES, small_adult
 
 from app.config import Settings
 from app.db import Database, Job
@@ -14,8 +16,6 @@ from app.pgm.domain import Domain
 from app.pgm.estimation import Measurement
 from app.privacy.mechanisms import theorem2_bound
 from app.worker import Worker
-from conftest import ApiHelper
-from test_api_mechanisms import SIZES, small_adult
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ApiHelper, adult_domain, adult_slice
 from fastapi.testclient import TestClient
 
 from app.config import Settings
@@ -17,7 +18,6 @@ from app.services import measurements as measurement_service
 from app.services import models as model_service
 from app.services.rho import UNITS_PER_RHO
 from app.worker import Worker
-from conftest import ApiHelper, adult_domain, adult_slice
 
 ADULT_ROWS = 6000
 ONE_WAY_AND_SOME_TWO_WAY = [[a] for a in adult_domain()] + [

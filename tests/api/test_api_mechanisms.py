@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ApiHelper, adult_slice
 from fastapi.testclient import TestClient
 
 from app.config import Settings
@@ -15,7 +16,6 @@ from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 from app.services.rho import UNITS_PER_RHO
 from app.worker import Worker
-from conftest import ApiHelper, adult_slice
 
 COLUMNS = ["marital-status", "relationship", "race", "sex", "income>50K"]
 SIZES = {"marital-status": 7, "relationship": 6, "race": 5, "sex": 2, "income>50K": 2}

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import adult_domain, adult_slice
 
 from app.cli import main
-from conftest import adult_domain, adult_slice
 
 
 def test_demo_runs_the_loop_on_a_slice_of_adult(

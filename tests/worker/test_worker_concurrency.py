@@ -6,13 +6,13 @@ import threading
 from typing import Any
 
 import pytest
+from conftest import ApiHelper, adult_domain, adult_slice
 from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database, Job, MeasurementRecord, ModelVersion
 from app.services import fits
 from app.worker import Worker
-from conftest import ApiHelper, adult_domain, adult_slice
 
 JOBS = 6
 WORKERS = 3

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ApiHelper, adult_domain, adult_slice
 from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database, Job, LedgerEntry, MeasurementRecord
 from app.worker import Worker
-from conftest import ApiHelper, adult_domain, adult_slice
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

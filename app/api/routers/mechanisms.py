@@ -8,8 +8,8 @@ from pydantic import ConfigDict, Field
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
 from app.api.routers.measurements import IdempotencyKey, JobAccepted
 from app.api.schemas import ErrorOut, RequestBody
-from app.services import mechanisms as mechanism_service
 from app.services import measurements as measurement_service
+from app.services import mechanisms as mechanism_service
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
