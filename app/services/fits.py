@@ -183,6 +183,8 @@ def ensure_fitted(
             try:
                 fit_now(database, dataset_id, domain, owner=owner, options=options,
                         progress=progress)
+            except FitLockLost:
+                pass  # our lease ran out mid-fit; whoever holds the lock now fits instead
             finally:
                 if held_locks is not None:
                     held_locks.discard(dataset_id)
