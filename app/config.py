@@ -66,8 +66,10 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(
         default=0.5, gt=0, description="How often an idle worker looks for a job."
     )
-    fit_solver: Literal["admm", "mirror_descent", "dual_averaging"] = Field(
-        default="admm", description="Private-PGM solver used for model fits."
+    fit_solver: Literal["auto", "admm", "mirror_descent", "dual_averaging"] = Field(
+        default="auto",
+        description="Private-PGM solver for model fits; auto: ADMM for models up to "
+        "200,000 cells, mirror descent above.",
     )
     fit_max_iterations: int = Field(default=5000, gt=0, description="Iteration cap of one fit.")
     fit_tolerance: float = Field(

@@ -39,7 +39,7 @@ class FitLockLost(RuntimeError):
 
 @dataclass(frozen=True)
 class FitOptions:
-    solver: str = "admm"
+    solver: str = "auto"
     max_iterations: int = 5000
     tolerance: float = 1e-6
     max_model_cells: int | None = None

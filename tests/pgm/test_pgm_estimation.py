@@ -21,6 +21,7 @@ from app.pgm.model import GraphicalModel
 
 DOMAIN = Domain(("a", "b", "c", "d", "e"), (3, 4, 2, 3, 4))
 CYCLE = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a"), ("e",)]
+CONCRETE_SOLVERS = tuple(s for s in SOLVERS if s != "auto")  # "auto" picks one of these
 
 
 def _records(rng: np.random.Generator, n: int, domain: Domain = DOMAIN) -> np.ndarray:
@@ -47,7 +48,7 @@ def _exact_measurements(data: np.ndarray, sets=CYCLE) -> list[Measurement]:
 RECOVERY_ITERATIONS = {"admm": 3000, "mirror_descent": 3000, "dual_averaging": 2500}
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("solver", CONCRETE_SOLVERS)
 def test_noise_free_measurements_are_recovered(solver: str) -> None:
     rng = np.random.default_rng(0)
     data = _records(rng, 2000)
@@ -275,3 +276,17 @@ def test_potentials_from_marginals_reproduce_consistent_marginals_with_zeros() -
     marginals, _ = calibrate(tree, dict(zip(tree.cliques, thetas)))
     for clique, table in zip(tree.cliques, tables):
         np.testing.assert_allclose(marginals[clique], table, atol=1e-14)
+
+
+def test_auto_solver_is_admm_for_small_models_and_mirror_descent_for_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.pgm import estimation
+
+    data = _records(np.random.default_rng(3), 500)
+    measurements = _exact_measurements(data)
+    _model, small = fit(DOMAIN, measurements, max_iterations=50)
+    assert small.solver == "admm"
+    monkeypatch.setattr(estimation, "ADMM_MAX_CELLS", 10)
+    _model, large = fit(DOMAIN, measurements, max_iterations=50)
+    assert large.solver == "mirror_descent"
