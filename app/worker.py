@@ -272,14 +272,19 @@ class Worker:
 # -- processes ---------------------------------------------------------------------------
 
 
-def run_worker(settings: Settings, *, once: bool = False) -> None:
-    """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle)."""
+def run_worker(
+    settings: Settings, *, once: bool = False, alive: Callable[[], bool] | None = None
+) -> None:
+    """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle).
+
+    SIGTERM raises in the main thread, so the job in hand is given back to the queue
+    at once (not after its lease) before the process exits.
+    """
     database = Database.from_settings(settings)
     worker = Worker(database, settings)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
-        # Raise in the main thread: the job in hand is given back, then we exit.
         stop.set()
         raise SystemExit(0)
 
@@ -288,7 +293,7 @@ def run_worker(settings: Settings, *, once: bool = False) -> None:
         if once:
             worker.run_until_idle()
         else:
-            worker.run_forever(stop)
+            worker.run_forever(stop, alive=alive)
     except (SystemExit, KeyboardInterrupt):
         pass
     finally:
@@ -303,22 +308,8 @@ def _embedded_main(settings: Settings, parent_pid: int) -> None:
         os.nice(5)  # the API answers first; fits use what is left
     except OSError:
         pass
-    database = Database.from_settings(settings)
-    worker = Worker(database, settings)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    try:
-        worker.run_forever(stop, alive=lambda: os.getppid() == parent_pid)
-    except SystemExit:
-        pass
-    finally:
-        database.dispose()
+    run_worker(settings, alive=lambda: os.getppid() == parent_pid)
 
 
 def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]:

@@ -15,6 +15,7 @@ from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
+from app.services.ledger import ChargeResult
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 router = APIRouter(tags=["measurements"])
@@ -55,6 +56,24 @@ class JobAccepted(BaseModel):
         default=None, description="A mechanism's workload (it chooses what to measure)."
     )
     replayed: bool = Field(description="True if the Idempotency-Key matched an earlier request.")
+
+    @classmethod
+    def of(cls, job: Job, charge: ChargeResult) -> JobAccepted:
+        params = job.params
+        noise = params.get("noise", "gaussian")  # mechanisms measure with Gaussian noise
+        return cls(
+            job_id=job.id,
+            status=job.status,
+            rho_charged=units_to_rho(charge.rho_units),
+            rho_charged_exact=units_to_decimal_str(charge.rho_units),
+            rho_remaining=units_to_rho(charge.rho_remaining_units),
+            noise=noise,
+            sigma=params["scale"] if "scale" in params and noise == "gaussian" else None,
+            scale=params["scale"] if noise == "laplace" else None,
+            marginals=params.get("marginals"),
+            workload=params.get("workload"),
+            replayed=charge.replayed,
+        )
 
 
 class JobOut(BaseModel):
@@ -145,19 +164,7 @@ def create_measurement(
         body_hash=measurement_service.request_hash(body.model_dump()),
         description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
     )
-    params = job.params
-    return JobAccepted(
-        job_id=job.id,
-        status=job.status,
-        rho_charged=units_to_rho(charge.rho_units),
-        rho_charged_exact=units_to_decimal_str(charge.rho_units),
-        rho_remaining=units_to_rho(charge.rho_remaining_units),
-        noise=params["noise"],
-        sigma=params["scale"] if params["noise"] == "gaussian" else None,
-        scale=params["scale"] if params["noise"] == "laplace" else None,
-        marginals=params["marginals"],
-        replayed=charge.replayed,
-    )
+    return JobAccepted.of(job, charge)
 
 
 @router.get(

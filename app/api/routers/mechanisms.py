@@ -10,7 +10,6 @@ from app.api.routers.measurements import IdempotencyKey, JobAccepted
 from app.api.schemas import ErrorOut, RequestBody
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
-from app.services.rho import units_to_decimal_str, units_to_rho
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
 
@@ -66,16 +65,7 @@ def _submit(kind: str, dataset_id: str, body: AimRequest, session: SessionDep,
         idempotency_key=idempotency_key,
         body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
     )
-    return JobAccepted(
-        job_id=job.id,
-        status=job.status,
-        rho_charged=units_to_rho(charge.rho_units),
-        rho_charged_exact=units_to_decimal_str(charge.rho_units),
-        rho_remaining=units_to_rho(charge.rho_remaining_units),
-        noise="gaussian",
-        workload=job.params["workload"],
-        replayed=charge.replayed,
-    )
+    return JobAccepted.of(job, charge)
 
 
 @router.post("/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
