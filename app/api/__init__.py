@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app.api import routers as routers_package
+from app.api.deps import TenantKeyCache
 from app.api.errors import install_error_handlers
 from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
 from app.config import Settings, get_settings
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     )
     app.state.settings = settings
     app.state.database = database
+    app.state.tenant_key_cache = TenantKeyCache()
     install_error_handlers(app)
     app.add_middleware(
         UploadSizeLimitMiddleware,

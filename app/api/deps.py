@@ -10,18 +10,33 @@
 - `AdminAuth` — the admin only (a tenant key gets 403).
 
 Keys are checked in a separate short read-only session, so authenticating does not
-open the request's (on SQLite: write-locking) transaction.
+open the request's (on SQLite: write-locking) transaction. A key that matched a tenant
+is remembered per process for `TENANT_KEY_TTL_SECONDS` (`TenantKeyCache`): no endpoint
+rotates or revokes keys, so within that time a repeat call needs no database round
+trip. A key changed or a tenant removed directly in the database is therefore still
+accepted by a running API process for at most that long. Keys that match nothing are
+never remembered: every wrong key is looked up (and refused) again.
+
+The cheap dependencies are `async def`, so they run on the event loop instead of
+hopping to the thread pool; authenticating does too when the key is cached or is the
+admin's, and only a cache miss goes to the thread pool for its database lookup.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hmac
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
+from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
 from app.db import Database, Tenant
@@ -30,12 +45,16 @@ from app.services import tenants as tenant_service
 
 bearer_scheme = HTTPBearer(auto_error=False, description="The admin key or a tenant's API key.")
 
+# How long a process trusts a key it has matched to a tenant without asking again.
+TENANT_KEY_TTL_SECONDS = 5.0
+TENANT_KEY_CACHE_ENTRIES = 1024
 
-def get_settings(request: Request) -> Settings:
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 
-def get_database(request: Request) -> Database:
+async def get_database(request: Request) -> Database:
     return request.app.state.database  # type: ignore[no-any-return]
 
 
@@ -77,21 +96,117 @@ class Principal:
         return self.tenant is None
 
 
-def _is_admin_key(request: Request, key: str, settings: Settings, database: Database) -> bool:
+@dataclass(frozen=True)
+class TenantSnapshot:
+    """The columns of a tenant row, as read when its key was last looked up."""
+
+    id: str
+    name: str
+    api_key_hash: str
+    key_prefix: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, tenant: Tenant) -> TenantSnapshot:
+        return cls(tenant.id, tenant.name, tenant.api_key_hash, tenant.key_prefix,
+                   tenant.created_at)
+
+    def to_tenant(self) -> Tenant:
+        """A new detached `Tenant` per request, so no two requests share one instance."""
+        tenant = Tenant(id=self.id, name=self.name, api_key_hash=self.api_key_hash,
+                        key_prefix=self.key_prefix, created_at=self.created_at)
+        make_transient_to_detached(tenant)
+        return tenant
+
+
+class TenantKeyCache:
+    """Key hash → tenant snapshot for `ttl_seconds`: a bounded, thread-safe LRU.
+
+    Only successful lookups are stored (see the module docstring for why a short
+    TTL is safe); `clock` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl_seconds: float = TENANT_KEY_TTL_SECONDS,
+        max_entries: int = TENANT_KEY_CACHE_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_seconds = ttl_seconds
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: OrderedDict[str, tuple[float, TenantSnapshot]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key_hash: str) -> TenantSnapshot | None:
+        now = self.clock()
+        with self._lock:
+            entry = self._entries.get(key_hash)
+            if entry is None:
+                return None
+            expires_at, snapshot = entry
+            if now >= expires_at:
+                del self._entries[key_hash]
+                return None
+            self._entries.move_to_end(key_hash)
+            return snapshot
+
+    def put(self, key_hash: str, snapshot: TenantSnapshot) -> None:
+        expires_at = self.clock() + self.ttl_seconds
+        with self._lock:
+            self._entries[key_hash] = (expires_at, snapshot)
+            self._entries.move_to_end(key_hash)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+
+def tenant_key_cache(request: Request) -> TenantKeyCache:
+    """The app's cache (one per app, so apps on different databases never share one)."""
+    state = request.app.state
+    cache: TenantKeyCache | None = getattr(state, "tenant_key_cache", None)
+    if cache is None:
+        cache = state.tenant_key_cache = TenantKeyCache()
+    return cache
+
+
+def _stored_admin_key_hash(database: Database) -> str | None:
+    with database.read_only() as session:
+        return tenant_service.stored_admin_key_hash(session)
+
+
+async def _admin_key_hash(request: Request, settings: Settings, database: Database) -> str | None:
+    """The admin key's hash: from the settings, or the generated one stored at start-up."""
+    state = request.app.state
+    known: str | None = getattr(state, "admin_key_hash", None)
+    if known is not None:
+        return known
     if settings.admin_key is not None:
-        return tenant_service.keys_match(
-            key, tenant_service.hash_key(settings.admin_key.get_secret_value())
-        )
-    stored_hash: str | None = getattr(request.app.state, "admin_key_hash", None)
-    if stored_hash is None:
-        with database.read_only() as session:
-            stored_hash = tenant_service.stored_admin_key_hash(session)
-        # It never changes once generated, so it can be remembered.
-        request.app.state.admin_key_hash = stored_hash
-    return stored_hash is not None and tenant_service.keys_match(key, stored_hash)
+        known = tenant_service.hash_key(settings.admin_key.get_secret_value())
+    else:
+        known = await run_in_threadpool(_stored_admin_key_hash, database)
+    # It never changes while the process runs (settings are fixed; a generated key is
+    # stored once), so it can be remembered once found.
+    if known is not None:
+        state.admin_key_hash = known
+    return known
 
 
-def get_principal(
+def _lookup_tenant(database: Database, key: str) -> TenantSnapshot | None:
+    with database.read_only() as session:
+        tenant = tenant_service.tenant_for_key(session, key)
+        return None if tenant is None else TenantSnapshot.of(tenant)
+
+
+async def get_principal(
     request: Request,
     settings: SettingsDep,
     database: DatabaseDep,
@@ -100,27 +215,30 @@ def get_principal(
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise Unauthorized()
     key = credentials.credentials
-    if _is_admin_key(request, key, settings, database):
+    key_hash = tenant_service.hash_key(key)
+    admin_hash = await _admin_key_hash(request, settings, database)
+    if admin_hash is not None and hmac.compare_digest(key_hash, admin_hash):
         return Principal(tenant=None)
-    with database.read_only() as session:
-        tenant = tenant_service.tenant_for_key(session, key)
-        if tenant is not None:
-            session.expunge(tenant)
-    if tenant is None:
-        raise Unauthorized("the API key is not valid")
-    return Principal(tenant=tenant)
+    cache = tenant_key_cache(request)
+    snapshot = cache.get(key_hash)
+    if snapshot is None:
+        snapshot = await run_in_threadpool(_lookup_tenant, database, key)
+        if snapshot is None:
+            raise Unauthorized("the API key is not valid")
+        cache.put(key_hash, snapshot)
+    return Principal(tenant=snapshot.to_tenant())
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def require_tenant(principal: PrincipalDep) -> Tenant:
+async def require_tenant(principal: PrincipalDep) -> Tenant:
     if principal.tenant is None:
         raise Forbidden("this operation needs a tenant's API key; the admin key holds no budget")
     return principal.tenant
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
+async def require_admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise Forbidden("this operation needs the admin key")
     return principal
