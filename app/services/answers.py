@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.db import Database
 from app.errors import InvalidRequest
 from app.pgm import queries as q
 from app.pgm.domain import DomainError
@@ -90,6 +91,22 @@ def visible_model(session: Session, dataset_id: str, *, tenant_id: str | None) -
     if version is None:
         raise model_service.NoModel()
     return model_service.current_model(session, dataset_id, version=version)
+
+
+def visible_model_in(database: Database, dataset_id: str, *, tenant_id: str | None) -> LoadedModel:
+    """`visible_model` for a request: the visibility and latest-version check is one
+    statement on a pooled connection (no session); a session is opened only when this
+    process has not deserialised that version yet."""
+    version = model_service.visible_latest_version_on(
+        database.engine, dataset_id, tenant_id=tenant_id
+    )
+    if version is None:
+        raise model_service.NoModel()
+    cached = model_service.process_model_cache().get(dataset_id, version)
+    if cached is not None:
+        return cached
+    with database.read_only() as session:
+        return model_service.current_model(session, dataset_id, version=version)
 
 
 # ---- shared pieces ------------------------------------------------------------------

@@ -23,10 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
-from sqlalchemy import bindparam, exists, func, select
+from sqlalchemy import Engine, Select, bindparam, exists, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, load_only
+from sqlalchemy.sql.compiler import Compiled
 
 from app.db import Dataset, Grant, MeasurementRecord, ModelVersion
 from app.errors import Conflict, NotFound, PrivqError
@@ -342,7 +344,7 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
 
 # The hot path of every free query: whether the caller may see the dataset and its
 # latest version, in one round trip. Built once (ORM statement construction costs
-# more than the query itself) and run on the session's connection, not the ORM.
+# more than the query itself) and run straight on a pooled driver connection.
 _LATEST_OF_DATASET = (
     select(ModelVersion.version)
     .where(ModelVersion.dataset_id == Dataset.id)
@@ -356,6 +358,62 @@ _VISIBLE_LATEST_VERSION = select(Dataset.id, _LATEST_OF_DATASET).where(
 _VISIBLE_LATEST_VERSION_FOR_TENANT = _VISIBLE_LATEST_VERSION.where(
     exists().where(Grant.dataset_id == Dataset.id, Grant.tenant_id == bindparam("tenant_id"))
 )
+
+
+class PrecompiledSelect:
+    """One fixed SELECT, compiled once per dialect and run on the driver's own cursor.
+
+    For a single small read, SQLAlchemy's Session and Connection layers (begin events,
+    an explicit BEGIN/ROLLBACK, result objects) cost about ten times the query itself
+    on SQLite. A single statement needs no explicit transaction to be consistent: on
+    SQLite (privq's connections run in autocommit, `isolation_level=None`) it reads one
+    snapshot and takes no write lock; on PostgreSQL the driver's implicit transaction
+    is rolled back when the pool takes the connection back.
+    """
+
+    def __init__(self, statement: Select[Any]) -> None:
+        self.statement = statement
+        self._compiled: dict[tuple[type, str], tuple[str, Compiled]] = {}
+
+    def _for(self, engine: Engine) -> tuple[str, Compiled]:
+        dialect = engine.dialect
+        key = (type(dialect), dialect.paramstyle)
+        found = self._compiled.get(key)
+        if found is None:
+            compiled = self.statement.compile(dialect=dialect)
+            found = self._compiled[key] = (str(compiled), compiled)
+        return found
+
+    def first(self, engine: Engine, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        """The first row the statement returns with `params`, or None."""
+        sql, compiled = self._for(engine)
+        values = compiled.construct_params(params)
+        arguments: Any = (
+            tuple(values[name] for name in compiled.positiontup or ())
+            if compiled.positional
+            else values
+        )
+        connection = engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(sql, arguments)
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        finally:
+            connection.close()  # back to the pool, which rolls back any transaction
+        return None if row is None else tuple(row)
+
+
+_VISIBLE_LATEST_VERSION_QUERY = PrecompiledSelect(_VISIBLE_LATEST_VERSION)
+_VISIBLE_LATEST_VERSION_FOR_TENANT_QUERY = PrecompiledSelect(_VISIBLE_LATEST_VERSION_FOR_TENANT)
+
+
+def _latest_of_visible(found: Any) -> int | None:
+    if found is None:
+        raise NotFound("dataset not found")
+    return None if found[1] is None else int(found[1])
 
 
 def visible_latest_version(
@@ -373,10 +431,24 @@ def visible_latest_version(
             _VISIBLE_LATEST_VERSION_FOR_TENANT,
             {"dataset_id": dataset_id, "tenant_id": tenant_id},
         )
-    found = row.first()
-    if found is None:
-        raise NotFound("dataset not found")
-    return None if found[1] is None else int(found[1])
+    return _latest_of_visible(row.first())
+
+
+def visible_latest_version_on(
+    engine: Engine, dataset_id: str, *, tenant_id: str | None
+) -> int | None:
+    """`visible_latest_version` as one statement on a pooled connection, without a session.
+
+    The same query and answer, never cached: a version saved a moment ago is seen by
+    the next request.
+    """
+    if tenant_id is None:
+        found = _VISIBLE_LATEST_VERSION_QUERY.first(engine, {"dataset_id": dataset_id})
+    else:
+        found = _VISIBLE_LATEST_VERSION_FOR_TENANT_QUERY.first(
+            engine, {"dataset_id": dataset_id, "tenant_id": tenant_id}
+        )
+    return _latest_of_visible(found)
 
 
 def current_model(

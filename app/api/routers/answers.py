@@ -1,9 +1,10 @@
 """Free answers from a dataset's model: model, marginals, count, queries, synthetic.
 
 All of them are post-processing of the latest model version: they never touch the
-ledger and run in a read-only session (on SQLite a deferred transaction, so queries
-never wait for, or hold, the write lock). The session is closed before any
-inference runs. Answers are built as plain JSON values by `app.services.answers` and
+ledger. Which version answers is one read-only statement per request (never a
+cached answer: a new version is served as soon as it exists); on SQLite it neither
+waits for nor holds the write lock. No database connection is held while inference
+runs. Answers are built as plain JSON values by `app.services.answers` and
 sent as they are; the pydantic models below document them in OpenAPI only.
 
 A tenant sees a dataset's answers only with a grant on it (else 404, as for a missing
@@ -36,8 +37,7 @@ INVALID = {422: {"model": ErrorOut, "description": "The request names something 
 
 def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
     tenant_id = None if principal.tenant is None else principal.tenant.id
-    with database.read_only() as session:
-        return answers.visible_model(session, dataset_id, tenant_id=tenant_id)
+    return answers.visible_model_in(database, dataset_id, tenant_id=tenant_id)
 
 
 # ---- request bodies -----------------------------------------------------------------
