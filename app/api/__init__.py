@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app.api import routers as routers_package
-from app.api.deps import TenantKeyCache
+from app.api.deps import TenantKeyCache, make_loop_read_engine
 from app.api.errors import install_error_handlers
 from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
 from app.config import Settings, get_settings
@@ -79,6 +79,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         finally:
             if stop_workers is not None:
                 stop_workers()
+            if loop_read_engine is not None:
+                loop_read_engine.dispose()
             database.dispose()
 
     app = FastAPI(
@@ -90,6 +92,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.settings = settings
     app.state.database = database
     app.state.tenant_key_cache = TenantKeyCache()
+    loop_read_engine = make_loop_read_engine(database)
+    app.state.loop_read_engine = loop_read_engine
     install_error_handlers(app)
     app.add_middleware(
         UploadSizeLimitMiddleware,

@@ -35,11 +35,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, make_transient_to_detached
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.db import Database, Tenant
+from app.db import Database, Tenant, make_engine
 from app.errors import Forbidden, Unauthorized
 from app.services import tenants as tenant_service
 
@@ -56,6 +58,37 @@ async def get_settings(request: Request) -> Settings:
 
 async def get_database(request: Request) -> Database:
     return request.app.state.database  # type: ignore[no-any-return]
+
+
+# A read on the event loop must not wait long; in WAL mode SQLite readers do not wait
+# for writers at all, so this only bounds rare recovery or checkpoint moments.
+LOOP_READ_BUSY_TIMEOUT_SECONDS = 1.0
+
+
+def make_loop_read_engine(database: Database) -> Engine | None:
+    """A separate engine for the few reads done on the event loop itself (local SQLite only).
+
+    Only the event loop's thread uses it, one statement at a time, so its one pooled
+    connection is always free: a checkout never waits behind request threads holding
+    the main pool's connections. None for PostgreSQL (a network round trip belongs in
+    a worker thread) and for in-memory SQLite (another connection is another database).
+    """
+    if not database.is_sqlite:
+        return None
+    url = make_url(database.url)
+    if not url.database or url.database == ":memory:" or url.query.get("mode") == "memory":
+        return None
+    return make_engine(
+        database.url,
+        sqlite_busy_timeout_seconds=LOOP_READ_BUSY_TIMEOUT_SECONDS,
+        pool_size=1,
+        max_overflow=4,  # only if another event loop shares the app (tests)
+    )
+
+
+def loop_read_engine(request: Request) -> Engine | None:
+    """The app's engine for reads on the event loop, if it has one."""
+    return getattr(request.app.state, "loop_read_engine", None)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

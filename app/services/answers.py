@@ -13,6 +13,13 @@ the routers can send them without re-validating large response models.
   value sets or ranges, `by` value / cdf / groups, `weights`, `moments`.
 - `synthetic_csv` — records sampled from the model, as CSV in the schema's labels.
 
+Each of marginals, counts and queries can also be checked and sized first
+(`marginal_size`, `count_query` + `count_size`, `prepare_queries`: a `WorkSize`) and
+computed afterwards, so the API can decide where to compute it. `visible_ready_model`
+gives the version a request is answered from, loaded and calibrated; `ready_model`
+says whether a version is in that state already (answering it then does no slow
+first-use work).
+
 Values are given as the schema admits them (`app.schema`): categorical values, numeric
 bin labels such as "[18, 30)" or half-open ranges on bin edges, integer codes. Every
 problem with a request is an `InvalidRequest` (422) naming the parameter or field.
@@ -26,6 +33,7 @@ import itertools
 import json
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,20 +101,42 @@ def visible_model(session: Session, dataset_id: str, *, tenant_id: str | None) -
     return model_service.current_model(session, dataset_id, version=version)
 
 
-def visible_model_in(database: Database, dataset_id: str, *, tenant_id: str | None) -> LoadedModel:
+# Loaded models whose lazy inference state (the calibrated junction tree) has been
+# built by `load_ready_model`: answering from them never does that work first.
+_ready_models: weakref.WeakSet[LoadedModel] = weakref.WeakSet()
+_ready_lock = threading.Lock()
+
+
+def ready_model(dataset_id: str, version: int) -> LoadedModel | None:
+    """This process's copy of a version, if it is loaded and calibrated already."""
+    cached = model_service.process_model_cache().get(dataset_id, version)
+    if cached is None:
+        return None
+    with _ready_lock:
+        return cached if cached in _ready_models else None
+
+
+def load_ready_model(database: Database, dataset_id: str, version: int) -> LoadedModel:
+    """Load (or take from the cache) one version and calibrate it: the slow first use of
+    a version, for a worker thread. The caller has checked the dataset is visible."""
+    with database.read_only() as session:
+        loaded = model_service.current_model(session, dataset_id, version=version)
+    loaded.model.calibrated_tree  # noqa: B018 — belief propagation, once per version
+    with _ready_lock:
+        _ready_models.add(loaded)
+    return loaded
+
+
+def visible_ready_model(database: Database, dataset_id: str, *, tenant_id: str | None) -> LoadedModel:
     """`visible_model` for a request: the visibility and latest-version check is one
-    statement on a pooled connection (no session); a session is opened only when this
-    process has not deserialised that version yet."""
+    statement on a pooled connection (no session, never cached); a session is opened
+    only when this process has not loaded that version yet."""
     version = model_service.visible_latest_version_on(
         database.engine, dataset_id, tenant_id=tenant_id
     )
     if version is None:
         raise model_service.NoModel()
-    cached = model_service.process_model_cache().get(dataset_id, version)
-    if cached is not None:
-        return cached
-    with database.read_only() as session:
-        return model_service.current_model(session, dataset_id, version=version)
+    return ready_model(dataset_id, version) or load_ready_model(database, dataset_id, version)
 
 
 # ---- shared pieces ------------------------------------------------------------------
@@ -203,9 +233,16 @@ def error_bound(
     return marginal_bound(loaded.bounds, loaded.model.domain, attrs, counts)
 
 
-def _marginal_counts(
-    loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
-) -> np.ndarray:
+@dataclass(frozen=True)
+class WorkSize:
+    """How large answering a request is, in cells: what most of its time is spent on."""
+
+    answer_cells: int  # encoded into the response
+    intermediate_cells: int  # the largest table variable elimination builds
+
+
+def marginal_size(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) -> WorkSize:
+    """Check a marginal can be answered (TooManyCells, QueryTooLarge) and size its work."""
     cells = loaded.model.domain.cells(attrs)
     if cells > max_cells:
         raise TooManyCells(
@@ -213,6 +250,17 @@ def _marginal_counts(
             f"the limit of {max_cells}; ask for fewer or smaller attributes",
             parameter="attrs", cells=cells, max_cells=max_cells,
         )
+    try:
+        plan = loaded.model.plan(attrs, max_cells=MAX_INFERENCE_CELLS)
+    except InferenceTooLarge as error:
+        raise _too_large(error, "attrs") from None
+    return WorkSize(cells, plan.max_intermediate_cells)
+
+
+def _marginal_counts(
+    loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
+) -> np.ndarray:
+    marginal_size(loaded, attrs, max_cells=max_cells)
     try:
         counts = loaded.model.marginal(attrs, max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:
@@ -386,26 +434,51 @@ def parse_where(schema: DatasetSchema, text: str, *, parameter: str = "where") -
     return attribute.name, _codes_of_labels(attribute, values, parameter)
 
 
-def count_answer(loaded: LoadedModel, where: Sequence[str]) -> dict[str, Any]:
-    """The model's count of records matching every `where` filter (repeats intersect)."""
+@dataclass(frozen=True)
+class CountQuery:
+    """A parsed `GET /count`: the query over the model's domain and the attributes it filters."""
+
+    query: FactoredQuery
+    attributes: tuple[str, ...]
+
+
+def count_query(loaded: LoadedModel, where: Sequence[str]) -> CountQuery:
+    """Parse the `where` filters (repeats of one attribute intersect) into one query."""
     schema, domain = loaded.schema, loaded.model.domain
     selected: dict[str, np.ndarray] = {}
     for text in where:
         name, codes = parse_where(schema, text)
         selected[name] = np.intersect1d(selected[name], codes) if name in selected else codes
     factors = [q.indicator(domain, name, codes) for name, codes in selected.items()]
+    return CountQuery(FactoredQuery(domain, tuple(factors)), tuple(selected))
+
+
+def count_size(loaded: LoadedModel, count: CountQuery) -> WorkSize:
+    """Check a count can be answered (QueryTooLarge) and size its work."""
     try:
-        value = loaded.model.answer(
-            FactoredQuery(domain, tuple(factors)), max_cells=MAX_INFERENCE_CELLS
-        )
+        plan = loaded.model.query_plan(count.query, max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:
         raise _too_large(error, "where") from None
-    _, note = untouched_note(loaded, list(selected))
+    return WorkSize(1, plan.max_intermediate_cells)
+
+
+def count_result(loaded: LoadedModel, count: CountQuery) -> dict[str, Any]:
+    """The model's answer to a parsed count."""
+    try:
+        value = loaded.model.answer(count.query, max_cells=MAX_INFERENCE_CELLS)
+    except InferenceTooLarge as error:
+        raise _too_large(error, "where") from None
+    _, note = untouched_note(loaded, list(count.attributes))
     return {
         "count": max(float(value), 0.0),
         "model_version": loaded.version,
         "note": note,
     }
+
+
+def count_answer(loaded: LoadedModel, where: Sequence[str]) -> dict[str, Any]:
+    """The model's count of records matching every `where` filter (repeats intersect)."""
+    return count_result(loaded, count_query(loaded, where))
 
 
 # ---- factored queries ---------------------------------------------------------------
@@ -534,10 +607,18 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
     )
 
 
-def queries_answer(
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A checked batch of factored queries, and the size of the work answering it takes."""
+
+    items: tuple[PreparedQuery, ...]
+    size: WorkSize  # all answers together; the largest intermediate table of any query
+
+
+def prepare_queries(
     loaded: LoadedModel, specs: Sequence[QuerySpec], *, max_cells: int
-) -> dict[str, Any]:
-    """Answers of a batch of factored queries, each a table flattened row-major."""
+) -> PreparedBatch:
+    """Build and check a batch of factored queries (every refusal names its query)."""
     if not specs:
         raise _invalid("queries", "give at least one query")
     if len(specs) > MAX_QUERIES_PER_REQUEST:
@@ -556,16 +637,25 @@ def queries_answer(
             parameter="queries", cells=cells, max_cells=max_cells,
         )
     model = loaded.model
+    largest = 0
     for index, item in enumerate(prepared):
         # Plans are cached per query shape, so checking each one first is cheap and
         # lets the refusal name the query.
         try:
-            model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
+            plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
         except InferenceTooLarge as error:
             raise _too_large(error, f"queries[{index}]") from None
-    results = model.answer_many([p.query for p in prepared], max_cells=MAX_INFERENCE_CELLS)
+        largest = max(largest, plan.max_intermediate_cells)
+    return PreparedBatch(tuple(prepared), WorkSize(cells, largest))
+
+
+def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]:
+    """Answers of a prepared batch, each a table flattened row-major."""
+    results = loaded.model.answer_many(
+        [p.query for p in batch.items], max_cells=MAX_INFERENCE_CELLS
+    )
     answers = []
-    for item, result in zip(prepared, results):
+    for item, result in zip(batch.items, results):
         _, note = untouched_note(loaded, item.query.attributes)
         answers.append(
             {
@@ -576,6 +666,13 @@ def queries_answer(
             }
         )
     return {"answers": answers, "model_version": loaded.version}
+
+
+def queries_answer(
+    loaded: LoadedModel, specs: Sequence[QuerySpec], *, max_cells: int
+) -> dict[str, Any]:
+    """Answers of a batch of factored queries, each a table flattened row-major."""
+    return answer_prepared(loaded, prepare_queries(loaded, specs, max_cells=max_cells))
 
 
 # ---- synthetic records --------------------------------------------------------------

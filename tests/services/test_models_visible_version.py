@@ -53,7 +53,7 @@ def test_visibility_and_latest_version_in_one_statement(database, seed) -> None:
     assert _both(database, dataset_id, holder.id) is None  # visible, not fitted yet
     assert _both(database, dataset_id, None) is None  # the admin sees every dataset
     with pytest.raises(NoModel):
-        answers.visible_model_in(database, dataset_id, tenant_id=holder.id)
+        answers.visible_ready_model(database, dataset_id, tenant_id=holder.id)
     # No grant, or no such dataset: the same NotFound.
     for missing, tenant_id in ((dataset_id, outsider.id), (str(uuid.uuid4()), holder.id)):
         with pytest.raises(NotFound) as refused:
@@ -62,11 +62,31 @@ def test_visibility_and_latest_version_in_one_statement(database, seed) -> None:
 
     assert _save_version(database, dataset_id, [6, 4]) == 1
     assert _both(database, dataset_id, holder.id) == 1
-    first = answers.visible_model_in(database, dataset_id, tenant_id=holder.id)
+    first = answers.visible_ready_model(database, dataset_id, tenant_id=holder.id)
     assert first.version == 1
     # A new version is answered by the very next call: nothing caches the number.
     assert _save_version(database, dataset_id, [2, 8]) == 2
     assert _both(database, dataset_id, holder.id) == 2
-    second = answers.visible_model_in(database, dataset_id, tenant_id=holder.id)
+    second = answers.visible_ready_model(database, dataset_id, tenant_id=holder.id)
     assert second.version == 2 and second is not first
-    assert answers.visible_model_in(database, dataset_id, tenant_id=holder.id) is second
+    assert answers.visible_ready_model(database, dataset_id, tenant_id=holder.id) is second
+    # Both versions were calibrated where they were loaded, so either may be answered
+    # on the event loop without that work.
+    assert answers.ready_model(dataset_id, 1) is first
+    assert answers.ready_model(dataset_id, 2) is second
+    assert answers.ready_model(dataset_id, 3) is None
+
+
+def test_a_cached_but_uncalibrated_version_is_not_ready(database) -> None:
+    with database.unit_of_work() as session:
+        dataset = Dataset(name="ready-test", rows=10, schema_json=SCHEMA)
+        session.add(dataset)
+        session.flush()
+        dataset_id = dataset.id
+    version = _save_version(database, dataset_id, [5, 5])
+    with database.read_only() as session:  # loaded by another path: cached, not calibrated
+        loaded = model_service.current_model(session, dataset_id, version=version)
+    assert model_service.process_model_cache().get(dataset_id, version) is loaded
+    assert answers.ready_model(dataset_id, version) is None
+    assert answers.load_ready_model(database, dataset_id, version) is loaded
+    assert answers.ready_model(dataset_id, version) is loaded

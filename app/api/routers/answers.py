@@ -7,21 +7,31 @@ waits for nor holds the write lock. No database connection is held while inferen
 runs. Answers are built as plain JSON values by `app.services.answers` and
 sent as they are; the pydantic models below document them in OpenAPI only.
 
+Marginals, counts and factored queries are `async`: small ones (see `INLINE_*`) are
+answered on the event loop itself, because handing them to the thread pool — two
+thread switches under the GIL — costs more CPU than answering them. Anything larger,
+the first use of a model version (loading, belief propagation), and the version check
+on PostgreSQL (a network round trip) run in a worker thread, so the loop keeps
+serving other requests meanwhile. `/model` and `/synthetic` always run in a thread.
+
 A tenant sees a dataset's answers only with a grant on it (else 404, as for a missing
 dataset); the admin may read every dataset's answers, as it may read the dataset.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
+from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep
+from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
 from app.api.schemas import ErrorOut, RequestBody
 from app.services import answers
+from app.services import models as model_service
 from app.services.models import LoadedModel
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
@@ -35,9 +45,54 @@ NOT_FOUND = {
 INVALID = {422: {"model": ErrorOut, "description": "The request names something the schema does not have, or is too large."}}
 
 
+# Work answered on the event loop: at most this many cells in its largest intermediate
+# table (~100,000 cells take well under a millisecond) and in its answer (encoding JSON
+# costs ~0.3 µs a cell), and at most this many factored queries in one batch.
+INLINE_MAX_INTERMEDIATE_CELLS = 250_000
+INLINE_MAX_ANSWER_CELLS = 5_000
+INLINE_MAX_QUERIES = 16
+
+Result = TypeVar("Result")
+
+
+def _tenant_id(principal: PrincipalDep) -> str | None:
+    return None if principal.tenant is None else principal.tenant.id
+
+
 def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
-    tenant_id = None if principal.tenant is None else principal.tenant.id
-    return answers.visible_model_in(database, dataset_id, tenant_id=tenant_id)
+    """The visible latest version, loaded and calibrated (blocking: for worker threads)."""
+    return answers.visible_ready_model(database, dataset_id, tenant_id=_tenant_id(principal))
+
+
+async def _ready_model(
+    request: Request, database: DatabaseDep, principal: PrincipalDep, dataset_id: str
+) -> LoadedModel:
+    """The visible latest version, checked on the loop when that is a local read."""
+    tenant_id = _tenant_id(principal)
+    engine = loop_read_engine(request)
+    if engine is None:
+        return await run_in_threadpool(_loaded_model, database, principal, dataset_id)
+    version = model_service.visible_latest_version_on(engine, dataset_id, tenant_id=tenant_id)
+    if version is None:
+        raise model_service.NoModel()
+    loaded = answers.ready_model(dataset_id, version)
+    if loaded is None:
+        loaded = await run_in_threadpool(answers.load_ready_model, database, dataset_id, version)
+    return loaded
+
+
+def _small(size: answers.WorkSize) -> bool:
+    return (
+        size.intermediate_cells <= INLINE_MAX_INTERMEDIATE_CELLS
+        and size.answer_cells <= INLINE_MAX_ANSWER_CELLS
+    )
+
+
+async def _answer(size: answers.WorkSize, compute: Callable[[], Result]) -> Result:
+    """Compute on the loop if the work is small, else in a worker thread."""
+    if _small(size):
+        return compute()
+    return await run_in_threadpool(compute)
 
 
 # ---- request bodies -----------------------------------------------------------------
@@ -186,8 +241,9 @@ def read_model(dataset_id: str, database: DatabaseDep, principal: PrincipalDep) 
     response_model=None,
     responses={200: {"model": MarginalOut}, **NOT_FOUND, **INVALID},
 )
-def read_marginals(
+async def read_marginals(
     dataset_id: str,
+    request: Request,
     database: DatabaseDep,
     principal: PrincipalDep,
     settings: SettingsDep,
@@ -196,19 +252,20 @@ def read_marginals(
     ],
 ) -> Response:
     """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
-    loaded = _loaded_model(database, principal, dataset_id)
+    loaded = await _ready_model(request, database, principal, dataset_id)
     names = answers.parse_attribute_list(loaded.schema, attrs)
-    return Response(
-        answers.marginal_json(loaded, names, max_cells=settings.max_marginal_cells),
-        media_type="application/json",
-    )
+    max_cells = settings.max_marginal_cells
+    size = answers.marginal_size(loaded, names, max_cells=max_cells)
+    body = await _answer(size, lambda: answers.marginal_json(loaded, names, max_cells=max_cells))
+    return Response(body, media_type="application/json")
 
 
 @router.get(
     "/count", response_model=None, responses={200: {"model": CountOut}, **NOT_FOUND, **INVALID}
 )
-def read_count(
+async def read_count(
     dataset_id: str,
+    request: Request,
     database: DatabaseDep,
     principal: PrincipalDep,
     where: Annotated[
@@ -221,8 +278,10 @@ def read_count(
     ] = [],  # noqa: B006 — FastAPI copies query defaults
 ) -> JSONResponse:
     """The model's count of records matching every filter (free)."""
-    loaded = _loaded_model(database, principal, dataset_id)
-    return JSONResponse(answers.count_answer(loaded, where))
+    loaded = await _ready_model(request, database, principal, dataset_id)
+    count = answers.count_query(loaded, where)
+    size = answers.count_size(loaded, count)
+    return await _answer(size, lambda: JSONResponse(answers.count_result(loaded, count)))
 
 
 @router.post(
@@ -230,19 +289,24 @@ def read_count(
     response_model=None,
     responses={200: {"model": AnswersOut}, **NOT_FOUND, **INVALID},
 )
-def answer_queries(
+async def answer_queries(
     dataset_id: str,
+    request: Request,
     body: QueriesIn,
     database: DatabaseDep,
     principal: PrincipalDep,
     settings: SettingsDep,
 ) -> JSONResponse:
     """Factored linear queries answered by variable elimination on the model (free)."""
-    loaded = _loaded_model(database, principal, dataset_id)
+    loaded = await _ready_model(request, database, principal, dataset_id)
     specs = [query.to_spec() for query in body.queries]
-    return JSONResponse(
-        answers.queries_answer(loaded, specs, max_cells=settings.max_marginal_cells)
-    )
+    max_cells = settings.max_marginal_cells
+    if len(specs) > INLINE_MAX_QUERIES:
+        return await run_in_threadpool(
+            lambda: JSONResponse(answers.queries_answer(loaded, specs, max_cells=max_cells))
+        )
+    batch = answers.prepare_queries(loaded, specs, max_cells=max_cells)
+    return await _answer(batch.size, lambda: JSONResponse(answers.answer_prepared(loaded, batch)))
 
 
 @router.get(
