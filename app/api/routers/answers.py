@@ -46,8 +46,9 @@ INVALID = {422: {"model": ErrorOut, "description": "The request names something 
 
 
 # Work answered on the event loop: at most this many cells in its largest intermediate
-# table (~100,000 cells take well under a millisecond) and in its answer (encoding JSON
-# costs ~0.3 µs a cell), and at most this many factored queries in one batch.
+# table (on Adult, every marginal with up to 250,000 took at most ~1.3 ms) and in its
+# answer (encoding JSON costs ~0.3 µs a cell), and at most this many factored queries
+# in one batch.
 INLINE_MAX_INTERMEDIATE_CELLS = 250_000
 INLINE_MAX_ANSWER_CELLS = 5_000
 INLINE_MAX_QUERIES = 16
