@@ -96,13 +96,8 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 
 
 def get_session(database: DatabaseDep) -> Iterator[Session]:
-    with database.session() as session:
-        try:
-            yield session
-            session.commit()
-        except BaseException:
-            session.rollback()
-            raise
+    with database.unit_of_work() as session:
+        yield session
 
 
 # scope="function": commit when the endpoint returns, so a failed commit is the
