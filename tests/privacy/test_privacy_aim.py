@@ -8,8 +8,8 @@ from itertools import combinations, pairwise
 
 import numpy as np
 import pytest
+from privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
 
-from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy import noise, selection
 from app.privacy.mechanisms import (
@@ -27,28 +27,6 @@ from app.privacy.mechanisms.common import (
     normalise_workload,
     round_cost,
 )
-
-DOMAIN = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 3))
-ALL_PAIRS = list(combinations(DOMAIN.attributes, 2))
-FAST = {"fit_iterations": 100, "final_fit_iterations": 300}
-
-
-def synthetic(seed: int, rows: int = 2_000):  # type: ignore[no-untyped-def]
-    """A seeded chain-structured table and its true-marginal function (rows stay here)."""
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 2, rows)
-    b = (a + rng.integers(0, 2, rows)) % 3
-    c = (b + rng.integers(0, 2, rows)) % 4
-    d = (c + rng.integers(0, 3, rows)) % 5
-    e = (a + rng.integers(0, 2, rows)) % 3
-    data = np.stack([a, b, c, d, e], axis=1)
-
-    def true_marginal(attrs: tuple[str, ...]) -> np.ndarray:
-        idx = [DOMAIN.index(x) for x in attrs]
-        flat = np.ravel_multi_index(tuple(data[:, i] for i in idx), DOMAIN.shape(attrs))
-        return np.bincount(flat, minlength=DOMAIN.cells(attrs)).reshape(DOMAIN.shape(attrs))
-
-    return true_marginal
 
 
 def test_candidate_weights_follow_the_paper() -> None:
@@ -246,7 +224,7 @@ def test_error_bounds_hold_empirically() -> None:
         result = run_aim(DOMAIN, truth, rho, workload, options=MechanismOptions(rounds=8, **FAST))
         measured = [r.attributes for r in result.rounds]
         for r in workload:
-            answer = result.model.marginal(r)
+            answer = result.model.marginal(r).ravel()
             found = error_bound(DOMAIN, r, answer, result.measurements, result.unmeasured_bounds)
             expected = "theorem 2" if covered_by(r, measured) else "theorem 4"
             if found is None:

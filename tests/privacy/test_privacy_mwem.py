@@ -4,38 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import combinations
 
 import numpy as np
 import pytest
+from privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
 
-from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy import noise, selection
 from app.privacy.accounting import rho_exponential, rho_gaussian
 from app.privacy.mechanisms import MechanismOptions, Round, error_bound, run_mwem
 from app.privacy.mechanisms.common import covered_by
-
-DOMAIN = Domain(("a", "b", "c", "d", "e"), (2, 3, 4, 5, 3))
-ALL_PAIRS = list(combinations(DOMAIN.attributes, 2))
-FAST = {"fit_iterations": 100, "final_fit_iterations": 300}
-
-
-def synthetic(seed: int, rows: int = 2_000):  # type: ignore[no-untyped-def]
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 2, rows)
-    b = (a + rng.integers(0, 2, rows)) % 3
-    c = (b + rng.integers(0, 2, rows)) % 4
-    d = (c + rng.integers(0, 3, rows)) % 5
-    e = (a + rng.integers(0, 2, rows)) % 3
-    data = np.stack([a, b, c, d, e], axis=1)
-
-    def true_marginal(attrs: tuple[str, ...]) -> np.ndarray:
-        idx = [DOMAIN.index(x) for x in attrs]
-        flat = np.ravel_multi_index(tuple(data[:, i] for i in idx), DOMAIN.shape(attrs))
-        return np.bincount(flat, minlength=DOMAIN.cells(attrs))
-
-    return true_marginal
 
 
 def test_round_parameters_split_rho_per_round() -> None:
