@@ -38,6 +38,7 @@ from sqlalchemy.exc import OperationalError
 from app.config import Settings
 from app.db import Database, Job
 from app.errors import PrivqError
+from app.pgm.domain import Domain
 from app.services import datasets as dataset_service
 from app.services import fits, jobs
 from app.services import measurements as measurement_service
@@ -184,7 +185,7 @@ class Worker:
         if not held:
             raise LeaseLost()
 
-    def domain_of(self, dataset_id: str) -> Any:
+    def domain_of(self, dataset_id: str) -> Domain:
         with self.database.read_only() as session:
             return dataset_service.dataset_schema(
                 dataset_service.get_dataset(session, dataset_id)
@@ -205,13 +206,13 @@ class Worker:
             max_model_cells=self.settings.max_model_cells,
         )
 
-    def fit_covering(self, job: Job, high_water: int) -> int:
+    def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
         """The model version covering the job's measurements (fitting it if needed)."""
         self.check_lease()
         return fits.ensure_fitted(
             self.database,
             job.dataset_id,
-            self.domain_of(job.dataset_id),
+            domain,
             high_water=high_water,
             owner=self.worker_id,
             lease_seconds=self.settings.lease_seconds,
@@ -237,7 +238,7 @@ class Worker:
         logger.info("measured" if drawn else "measurements already stored",
                     extra={"job_id": job.id})
         self.progress(job, {"stage": "measured"})
-        version = self.fit_covering(job, high_water)
+        version = self.fit_covering(job, high_water, domain)
         return {"model_version": version}
 
     # -- endings ------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord
+from app.db import Job
 from app.pgm.domain import Domain
 from app.pgm.estimation import Measurement
 from app.pgm.model import GraphicalModel
@@ -50,19 +50,12 @@ def load_context(
     load_model: Any,
 ) -> BoundContext:
     """What the bounds of one model version need (`load_model(version)` for references)."""
-    from app.services.measurements import to_pgm
+    from app.services.measurements import list_for_dataset, to_pgm
 
     gaussian = tuple(
         to_pgm(record)
-        for record in session.scalars(
-            select(MeasurementRecord)
-            .where(
-                MeasurementRecord.dataset_id == dataset_id,
-                MeasurementRecord.id <= high_water,
-                MeasurementRecord.noise == "gaussian",
-            )
-            .order_by(MeasurementRecord.id)
-        )
+        for record in list_for_dataset(session, dataset_id)
+        if record.id <= high_water and record.noise == "gaussian"
     )
     unmeasured: dict[Attrs, tuple[UnmeasuredBound, np.ndarray]] = {}
     mechanism_jobs = session.scalars(

@@ -198,6 +198,7 @@ def submit(
     *,
     tenant_id: str,
     dataset_id: str,
+    domain: Domain,
     kind: str,
     params: dict[str, Any],
     rho_units_total: int,
@@ -209,10 +210,9 @@ def submit(
 ) -> tuple[Job, ledger.ChargeResult]:
     """Check the model cap, then charge and create the job in the caller's one transaction.
 
+    The caller has checked that the tenant may see the dataset (`domain` is its schema's).
     The same idempotency key and body return the first job and charge nothing more.
     """
-    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-    domain = dataset_service.dataset_schema(dataset).domain()
     job_id = new_id()
     charge = ledger.charge(
         session,
@@ -357,11 +357,7 @@ def to_pgm(record: MeasurementRecord) -> Measurement:
 
 def load_for_fit(session: Session, dataset_id: str) -> tuple[list[Measurement], int]:
     """Every measurement of the dataset as pgm Measurements, and the largest id included."""
-    records = session.scalars(
-        select(MeasurementRecord)
-        .where(MeasurementRecord.dataset_id == dataset_id)
-        .order_by(MeasurementRecord.id)
-    ).all()
+    records = list_for_dataset(session, dataset_id)
     high_water = max((r.id for r in records), default=0)
     return [to_pgm(r) for r in records], high_water
 

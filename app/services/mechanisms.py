@@ -139,6 +139,7 @@ def submit(
         session,
         tenant_id=tenant_id,
         dataset_id=dataset_id,
+        domain=domain,
         kind=kind,
         params=params,
         rho_units_total=units,
@@ -205,12 +206,8 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
         completed = stored_rounds(session, job.id)
         others = [
             measurement_service.to_pgm(r)
-            for r in session.scalars(
-                select(MeasurementRecord)
-                .where(MeasurementRecord.dataset_id == job.dataset_id,
-                       MeasurementRecord.job_id != job.id)
-                .order_by(MeasurementRecord.id)
-            )
+            for r in measurement_service.list_for_dataset(session, job.dataset_id)
+            if r.job_id != job.id
         ]
     rho = units_to_rho(params["rho_units"]) * SAFETY
 
@@ -278,7 +275,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
     )
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
-        version = worker.fit_covering(job, job_high_water)
+        version = worker.fit_covering(job, job_high_water, domain)
     return {
         "model_version": version,
         "rounds": len(result.rounds),

@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database, Job, LedgerEntry, MeasurementRecord
+from app.pgm.domain import Domain
 from app.services import measurements as measurement_service
 from app.services import models as model_service
 from app.services.rho import UNITS_PER_RHO
@@ -233,7 +234,8 @@ def test_model_too_large_is_refused_before_charging(
     with database.session() as session:
         with pytest.raises(measurement_service.ModelTooLargeRequest) as refused:
             measurement_service.submit(
-                session, tenant_id=tenant["id"], dataset_id=dataset["id"], kind="measure",
+                session, tenant_id=tenant["id"], dataset_id=dataset["id"],
+                domain=Domain.from_sizes({"sex": 2, "age": 5}), kind="measure",
                 params={"marginals": [["sex", "age"]]}, rho_units_total=UNITS_PER_RHO // 10,
                 attribute_sets=[("sex", "age")], max_model_cells=5,
                 idempotency_key=None, body_hash="x", description="test",

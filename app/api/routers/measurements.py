@@ -155,6 +155,7 @@ def create_measurement(
         session,
         tenant_id=tenant.id,
         dataset_id=dataset_id,
+        domain=domain,
         kind="measure",
         params=plan.params(),
         rho_units_total=plan.rho_units,
