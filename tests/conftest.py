@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
 from app.config import Settings, normalise_database_url
-from app.db import Database, Dataset, Grant, Tenant
+from app.db import Database, Dataset, Grant, Job, Tenant
 from app.migrations import upgrade_to_head
 
 ADMIN_KEY = "test-admin-key-" + "x" * 32
@@ -156,6 +156,15 @@ def adult_slice(rows: int) -> bytes:
 
 def adult_domain() -> dict[str, int]:
     return json.loads((SHARED_DATA_DIR / "adult-domain.json").read_text())
+
+
+def job_row(database: Database, job_id: str) -> Job:
+    """The job as stored now, detached from its session."""
+    with database.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        session.expunge(job)
+        return job
 
 
 class ApiHelper:

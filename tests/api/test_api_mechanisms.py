@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ApiHelper, adult_slice
+from conftest import ApiHelper, adult_slice, job_row
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import Database, Job, LedgerEntry, MeasurementRecord
+from app.db import Database, LedgerEntry, MeasurementRecord
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 from app.services.rho import UNITS_PER_RHO
@@ -44,14 +44,6 @@ def new_tenant(api: ApiHelper, dataset_id: str, rho: float | str = 1) -> dict[st
     return tenant
 
 
-def job_of(database: Database, job_id: str) -> Job:
-    with database.read_only() as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        session.expunge(job)
-        return job
-
-
 def charges(database: Database, job_id: str) -> list[tuple[str, int]]:
     with database.read_only() as session:
         return [(e.kind, e.rho_units) for e in session.query(LedgerEntry).filter_by(job_id=job_id)]
@@ -81,7 +73,7 @@ def test_mechanism_job_spends_within_its_charge_and_makes_a_model(
     accepted = response.json()
     assert accepted["rho_charged_exact"] == "0.3"
     assert Worker(database, settings, poll_seconds=0.01).run_until_idle() >= 1
-    job = job_of(database, accepted["job_id"])
+    job = job_row(database, accepted["job_id"])
     assert job.status == "succeeded", job.error
     assert job.model_version is not None
     # One charge, no refund; the rounds' exact cost is within it (and nearly all of it).
@@ -161,7 +153,7 @@ def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
     worker = Worker(database, settings, poll_seconds=0.01)
     with pytest.raises(KeyboardInterrupt):
         worker.run_once()
-    assert job_of(database, job_id).status == "queued"  # given back
+    assert job_row(database, job_id).status == "queued"  # given back
     with database.read_only() as session:
         before = [
             r.values for r in session.query(MeasurementRecord).filter_by(job_id=job_id)
@@ -171,7 +163,7 @@ def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
 
     monkeypatch.setattr(measurement_service, "store", store)
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
-    job = job_of(database, job_id)
+    job = job_row(database, job_id)
     assert job.status == "succeeded", job.error
     assert job.progress["rounds"] == 5
     assert len(draws) == 3 + 3  # rounds 2, 3, 4 drawn on resume; rounds 0, 1 never again

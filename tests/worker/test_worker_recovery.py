@@ -14,22 +14,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ApiHelper, adult_domain, adult_slice
+from conftest import ApiHelper, adult_domain, adult_slice, job_row
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import Database, Job, LedgerEntry, MeasurementRecord
+from app.db import Database, LedgerEntry, MeasurementRecord
 from app.worker import Worker
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def job_state(database: Database, job_id: str) -> Job:
-    with database.read_only() as session:
-        job = session.get(Job, job_id)
-        assert job is not None
-        session.expunge(job)
-        return job
 
 
 def stored_values(database: Database, job_id: str) -> list[bytes]:
@@ -71,7 +63,7 @@ def start_slow_worker(database_url: str, *, lease_seconds: int) -> subprocess.Po
 
 def wait_until_fitting(database: Database, job_id: str) -> None:
     wait_for(
-        lambda: (job_state(database, job_id).progress or {}).get("iteration", 0) > 0,
+        lambda: (job_row(database, job_id).progress or {}).get("iteration", 0) > 0,
         timeout=60, what="the worker to be fitting",
     )
 
@@ -98,14 +90,14 @@ def test_worker_killed_during_the_fit_is_recovered_without_new_noise(
     finally:
         if worker.poll() is None:
             worker.kill()
-    assert job_state(database, job_id).status == "running"
+    assert job_row(database, job_id).status == "running"
 
     # A new worker (the default solver) takes the job once the dead one's lease expires.
     survivor = Worker(database, settings.model_copy(update={"lease_seconds": 2}), poll_seconds=0.05)
     deadline = time.monotonic() + 60
-    while job_state(database, job_id).status == "running" and time.monotonic() < deadline:
+    while job_row(database, job_id).status == "running" and time.monotonic() < deadline:
         survivor.run_once() or time.sleep(0.1)
-    job = job_state(database, job_id)
+    job = job_row(database, job_id)
     assert job.status == "succeeded", job.error
     assert job.attempts == 2
     assert job.model_version is not None
@@ -141,7 +133,7 @@ def test_released_noise_is_discrete_gaussian_with_the_stated_sigma(
         headers=tenant["headers"],
     ).json()["job_id"]
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
-    assert job_state(database, job_id).status == "succeeded"
+    assert job_row(database, job_id).status == "succeeded"
     released = client.get(
         f"/v1/datasets/{dataset['id']}/measurements", headers=tenant["headers"]
     ).json()[0]["values"]
@@ -182,7 +174,7 @@ def test_worker_stopped_gracefully_gives_its_job_back(
         if worker.poll() is None:
             worker.kill()
     # Given back at once (not after the 300 s lease), with its measurements kept.
-    job = job_state(database, job_id)
+    job = job_row(database, job_id)
     assert job.status == "queued"
     assert job.lease_owner is None
     assert len(stored_values(database, job_id)) == 2
