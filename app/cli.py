@@ -101,8 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.set_defaults(handler=_worker)
 
     demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")
-    demo.add_argument("--data-dir", help="folder with adult.csv and adult-domain.json "
-                      "(default: ../shared/data beside the repository)")
+    demo.add_argument(
+        "--data-dir",
+        help="folder with adult.csv and adult-domain.json "
+        "(default: ../shared/data beside the repository)",
+    )
     demo.add_argument("--rho", type=float, default=1.0, help="the analyst's grant (default 1)")
     demo.set_defaults(handler=_demo)
 

@@ -23,7 +23,7 @@ def normalise_database_url(url: str) -> str:
     """Use psycopg 3 for PostgreSQL URLs given without a driver (`postgresql://…`)."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     workers_in_process: int | None = Field(
         default=None,
         ge=0,
-        description="Worker threads started inside `privq serve`; default 1 on SQLite, 0 otherwise.",
+        description="Workers started beside `privq serve`; default 1 on SQLite, 0 otherwise.",
     )
     lease_seconds: int = Field(default=300, gt=0, description="How long a claimed job is leased.")
     auto_migrate: bool | None = Field(

@@ -193,9 +193,7 @@ class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         Index("ix_jobs_status_created_at", "status", "created_at"),
-        CheckConstraint(
-            "status IN ('queued', 'running', 'succeeded', 'failed')", name="status"
-        ),
+        CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -261,8 +259,9 @@ def make_engine(
 class Database:
     """One engine and its session factories; create one per process (or per test)."""
 
-    def __init__(self, url: str, *, sqlite_busy_timeout_seconds: float = 30.0,
-                 **engine_kwargs: Any) -> None:
+    def __init__(
+        self, url: str, *, sqlite_busy_timeout_seconds: float = 30.0, **engine_kwargs: Any
+    ) -> None:
         self.url = url
         self.is_sqlite = is_sqlite_url(url)
         self.engine = make_engine(
@@ -348,9 +347,7 @@ class ModelVersion(Base):
 
     __tablename__ = "model_versions"
 
-    dataset_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("datasets.id"), primary_key=True
-    )
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), primary_key=True)
     version: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     cliques: Mapped[list[list[str]]] = mapped_column(JSON)
@@ -369,8 +366,6 @@ class FitLock(Base):
 
     __tablename__ = "fit_locks"
 
-    dataset_id: Mapped[str] = mapped_column(
-        String(36), ForeignKey("datasets.id"), primary_key=True
-    )
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), primary_key=True)
     owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

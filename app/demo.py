@@ -16,8 +16,13 @@ from typing import Any
 from app.config import Settings
 
 DEMO_ADMIN_KEY = "demo-admin-key-not-for-production-use"
-TWO_WAY = [["age", "income>50K"], ["education-num", "occupation"], ["sex", "relationship"],
-           ["marital-status", "relationship"], ["occupation", "income>50K"]]
+TWO_WAY = [
+    ["age", "income>50K"],
+    ["education-num", "occupation"],
+    ["sex", "relationship"],
+    ["marital-status", "relationship"],
+    ["occupation", "income>50K"],
+]
 
 
 def default_data_dir() -> Path:
@@ -47,8 +52,14 @@ def run_demo(data_dir: Path, rho: float = 1.0) -> int:
     with tempfile.TemporaryDirectory(prefix="privq-demo-") as tmp:
         url = f"sqlite:///{tmp}/demo.db"
         upgrade_to_head(url)
-        settings = Settings(database_url=url, admin_key=DEMO_ADMIN_KEY, env="development",
-                            workers_in_process=0, auto_migrate=False, log_level="WARNING")
+        settings = Settings(
+            database_url=url,
+            admin_key=DEMO_ADMIN_KEY,
+            env="development",
+            workers_in_process=0,
+            auto_migrate=False,
+            log_level="WARNING",
+        )
         database = Database.from_settings(settings)
         admin = {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"}
         with TestClient(create_app(settings, database=database)) as client:
@@ -56,19 +67,22 @@ def run_demo(data_dir: Path, rho: float = 1.0) -> int:
             analyst = {"Authorization": f"Bearer {tenant['api_key']}"}
             with csv_path.open("rb") as csv_file:
                 dataset = client.post(
-                    "/v1/datasets", headers=admin,
+                    "/v1/datasets",
+                    headers=admin,
                     data={"name": "adult", "schema": domain_path.read_text()},
                     files={"file": ("adult.csv", csv_file, "text/csv")},
                 ).json()
             _show("curator uploaded Adult", {k: dataset[k] for k in ("id", "name", "rows")})
             base = f"/v1/datasets/{dataset['id']}"
-            client.post(f"{base}/grants", json={"tenant_id": tenant["id"], "rho": rho},
-                        headers=admin)
+            client.post(
+                f"{base}/grants", json={"tenant_id": tenant["id"], "rho": rho}, headers=admin
+            )
             _show("analyst's budget", client.get(f"{base}/budget", headers=analyst).json())
 
             one_way = [[name] for name in json.loads(domain_path.read_text())]
             accepted = client.post(
-                f"{base}/measurements", headers=analyst,
+                f"{base}/measurements",
+                headers=analyst,
                 json={"marginals": one_way + TWO_WAY, "noise": "gaussian", "rho": rho / 2},
             ).json()
             _show("measurement job accepted (ρ charged now)", accepted)
@@ -77,16 +91,31 @@ def run_demo(data_dir: Path, rho: float = 1.0) -> int:
             _show("model", client.get(f"{base}/model", headers=analyst).json())
 
             spent_before = client.get(f"{base}/budget", headers=analyst).json()["rho_spent"]
-            _show("marginal sex × income>50K (free)", client.get(
-                f"{base}/marginals", params={"attrs": "sex,income>50K"}, headers=analyst).json())
-            _show("count of income>50K = 1 and age 30..45 (free)", client.get(
-                f"{base}/count", params=[("where", "income>50K:1"), ("where", "age:30..45")],
-                headers=analyst).json())
-            _show("factored query: CDF of hours-per-week by sex (free)", client.post(
-                f"{base}/queries", headers=analyst,
-                json={"queries": [{"by": {"sex": "value", "hours-per-week": "cdf"}}]}).json())
-            synthetic = client.get(f"{base}/synthetic", params={"rows": 5, "seed": 1},
-                                   headers=analyst)
+            _show(
+                "marginal sex × income>50K (free)",
+                client.get(
+                    f"{base}/marginals", params={"attrs": "sex,income>50K"}, headers=analyst
+                ).json(),
+            )
+            _show(
+                "count of income>50K = 1 and age 30..45 (free)",
+                client.get(
+                    f"{base}/count",
+                    params=[("where", "income>50K:1"), ("where", "age:30..45")],
+                    headers=analyst,
+                ).json(),
+            )
+            _show(
+                "factored query: CDF of hours-per-week by sex (free)",
+                client.post(
+                    f"{base}/queries",
+                    headers=analyst,
+                    json={"queries": [{"by": {"sex": "value", "hours-per-week": "cdf"}}]},
+                ).json(),
+            )
+            synthetic = client.get(
+                f"{base}/synthetic", params={"rows": 5, "seed": 1}, headers=analyst
+            )
             print("\n== 5 synthetic records (free)\n" + synthetic.text.strip())
             spent_after = client.get(f"{base}/budget", headers=analyst).json()
             _show("budget after the free queries (unchanged)", spent_after)

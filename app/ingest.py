@@ -436,7 +436,7 @@ def _encode_rows(
             pending = IngestError("bad_csv", f"malformed CSV on line {line}: {exc}", {"line": line})
             has_rows = bool(rows)
         if has_rows:
-            columns = list(zip(*rows))
+            columns = list(zip(*rows, strict=True))
             if offence is None:
                 offence = _encode_batch(columns, starts, encoders, file_columns, parts)
                 if offence is None:
@@ -457,7 +457,7 @@ def _encode_rows(
         raise IngestError("empty_file", "the file has a header but no data rows")
     columns_out = {
         attribute.name: (np.concatenate(column_parts) if len(column_parts) > 1 else column_parts[0])
-        for attribute, column_parts in zip(schema.attributes, parts)
+        for attribute, column_parts in zip(schema.attributes, parts, strict=True)
     }
     return EncodedTable(rows=total_rows, columns=columns_out)
 
@@ -502,7 +502,7 @@ def _encode_batch(
     """Encode one batch into `parts`; on bad cells return the first offence instead."""
     encoded: list[np.ndarray] = []
     first_bad: tuple[int, int, int] | None = None  # (row, file column, attribute index)
-    for index, (encoder, file_column) in enumerate(zip(encoders, file_columns)):
+    for index, (encoder, file_column) in enumerate(zip(encoders, file_columns, strict=True)):
         codes = encoder.encode(columns[file_column])
         if codes.min() < 0:
             row = int(np.argmax(codes < 0))
@@ -511,7 +511,7 @@ def _encode_batch(
                 first_bad = candidate
         encoded.append(codes)
     if first_bad is None:
-        for column_parts, encoder, codes in zip(parts, encoders, encoded):
+        for column_parts, encoder, codes in zip(parts, encoders, encoded, strict=True):
             column_parts.append(codes.astype(encoder.dtype))
         return None
     row, file_column, index = first_bad

@@ -22,6 +22,7 @@ shares neither the GIL nor the event loop with the API.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -83,14 +84,22 @@ class Heartbeat:
         while not self._stop.wait(interval):
             try:
                 with self.worker.database.unit_of_work() as session:
-                    held = jobs.renew(session, job_id=self.job_id, owner=self.worker.worker_id,
-                                      lease_seconds=self.worker.settings.lease_seconds)
+                    held = jobs.renew(
+                        session,
+                        job_id=self.job_id,
+                        owner=self.worker.worker_id,
+                        lease_seconds=self.worker.settings.lease_seconds,
+                    )
                 if not held:
                     self.lost.set()
                     return
                 for dataset_id in list(self.worker.held_fit_locks):
-                    fits.renew(self.worker.database, dataset_id, owner=self.worker.worker_id,
-                               lease_seconds=self.worker.settings.lease_seconds)
+                    fits.renew(
+                        self.worker.database,
+                        dataset_id,
+                        owner=self.worker.worker_id,
+                        lease_seconds=self.worker.settings.lease_seconds,
+                    )
             except OperationalError:
                 logger.warning("lease renewal failed; retrying", exc_info=True)
 
@@ -98,8 +107,14 @@ class Heartbeat:
 class Worker:
     """One worker: claims and runs jobs one at a time."""
 
-    def __init__(self, database: Database, settings: Settings, *, worker_id: str | None = None,
-                 poll_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        settings: Settings,
+        *,
+        worker_id: str | None = None,
+        poll_seconds: float | None = None,
+    ) -> None:
         self.database = database
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -114,14 +129,18 @@ class Worker:
     def run_once(self) -> bool:
         """Claim and run one job; False if there was none to claim."""
         with self.database.unit_of_work() as session:
-            job = jobs.claim(session, owner=self.worker_id,
-                             lease_seconds=self.settings.lease_seconds,
-                             is_sqlite=self.database.is_sqlite)
+            job = jobs.claim(
+                session,
+                owner=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                is_sqlite=self.database.is_sqlite,
+            )
             if job is None:
                 return False
             session.expunge(job)
-        logger.info("job claimed", extra={"job_id": job.id, "kind": job.kind,
-                                          "attempt": job.attempts})
+        logger.info(
+            "job claimed", extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
+        )
         self._last_progress = dict(job.progress or {})
         try:
             with Heartbeat(self, job.id) as heartbeat:
@@ -153,8 +172,9 @@ class Worker:
             done += 1
         return done
 
-    def run_forever(self, stop: threading.Event | None = None,
-                    alive: Callable[[], bool] | None = None) -> None:
+    def run_forever(
+        self, stop: threading.Event | None = None, alive: Callable[[], bool] | None = None
+    ) -> None:
         stop = stop or threading.Event()
         logger.info("worker started", extra={"worker_id": self.worker_id})
         while not stop.is_set():
@@ -179,9 +199,13 @@ class Worker:
         """Record progress (visible through GET /v1/jobs/{id}); raises LeaseLost if not ours."""
         self._last_progress = {**self._last_progress, **update}
         with self.database.unit_of_work() as session:
-            held = jobs.renew(session, job_id=job.id, owner=self.worker_id,
-                              lease_seconds=self.settings.lease_seconds,
-                              progress=self._last_progress)
+            held = jobs.renew(
+                session,
+                job_id=job.id,
+                owner=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                progress=self._last_progress,
+            )
         if not held:
             raise LeaseLost()
 
@@ -235,8 +259,9 @@ class Worker:
             high_water = measurement_service.high_water(
                 session, dataset_id=job.dataset_id, job_id=job.id
             )
-        logger.info("measured" if drawn else "measurements already stored",
-                    extra={"job_id": job.id})
+        logger.info(
+            "measured" if drawn else "measurements already stored", extra={"job_id": job.id}
+        )
         self.progress(job, {"stage": "measured"})
         version = self.fit_covering(job, high_water, domain)
         return {"model_version": version}
@@ -248,10 +273,15 @@ class Worker:
             row = session.get(Job, job.id)
             if row is None or row.lease_owner != self.worker_id or row.status != "running":
                 raise LeaseLost()
-            jobs.succeed(session, row, model_version=result["model_version"],
-                         progress={**self._last_progress, **result})
-        logger.info("job succeeded", extra={"job_id": job.id,
-                                            "model_version": result["model_version"]})
+            jobs.succeed(
+                session,
+                row,
+                model_version=result["model_version"],
+                progress={**self._last_progress, **result},
+            )
+        logger.info(
+            "job succeeded", extra={"job_id": job.id, "model_version": result["model_version"]}
+        )
 
     def _fail(self, job: Job, message: str) -> None:
         with self.database.unit_of_work() as session:
@@ -266,8 +296,9 @@ class Worker:
             with self.database.unit_of_work() as session:
                 jobs.release(session, job_id=job.id, owner=self.worker_id)
         except Exception:
-            logger.exception("could not give the job back; its lease will expire",
-                             extra={"job_id": job.id})
+            logger.exception(
+                "could not give the job back; its lease will expire", extra={"job_id": job.id}
+            )
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -305,10 +336,8 @@ def _embedded_main(settings: Settings, parent_pid: int) -> None:
     from app.logs import configure_logging
 
     configure_logging(settings.log_level)
-    try:
+    with contextlib.suppress(OSError):
         os.nice(5)  # the API answers first; fits use what is left
-    except OSError:
-        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     run_worker(settings, alive=lambda: os.getppid() == parent_pid)
 
@@ -317,8 +346,12 @@ def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]
     """Start `count` worker processes beside the API; returns the function that stops them."""
     context = multiprocessing.get_context("spawn")
     processes = [
-        context.Process(target=_embedded_main, args=(settings, os.getpid()),
-                        name=f"privq-worker-{i}", daemon=True)
+        context.Process(
+            target=_embedded_main,
+            args=(settings, os.getpid()),
+            name=f"privq-worker-{i}",
+            daemon=True,
+        )
         for i in range(count)
     ]
     for process in processes:

@@ -92,20 +92,28 @@ def run_one(kind: str, seed: int, rho: float, args: dict) -> dict:  # type: igno
     t0 = time.perf_counter()
     progress = None
     if args["verbose"]:
+
         def progress(p):  # type: ignore[no-untyped-def]
             if p.stage == "measured":
-                print(f"[{kind} seed {seed}] round {p.round_index} {p.attributes} "
-                      f"ρ {p.rho_used:.5f}/{p.rho_total:.5f} t={time.perf_counter() - t0:.1f}s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[{kind} seed {seed}] round {p.round_index} {p.attributes} "
+                    f"ρ {p.rho_used:.5f}/{p.rho_total:.5f} t={time.perf_counter() - t0:.1f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
     if kind == "aim":
         options = MechanismOptions(max_model_cells=args["max_model_cells"], **tuning)
         result = run_aim(domain, truth, rho, workload, options=options, on_progress=progress)
     elif kind == "mwem":
-        options = MechanismOptions(max_model_cells=args["max_model_cells"],
-                                   rounds=args["mwem_rounds"], **tuning)
+        options = MechanismOptions(
+            max_model_cells=args["max_model_cells"], rounds=args["mwem_rounds"], **tuning
+        )
         result = run_mwem(domain, truth, rho, workload, options=options, on_progress=progress)
     elif kind == "oneway":
-        result = run_oneway(domain, truth, rho, MechanismOptions(max_model_cells=args["max_model_cells"]))
+        result = run_oneway(
+            domain, truth, rho, MechanismOptions(max_model_cells=args["max_model_cells"])
+        )
     else:
         raise SystemExit(f"unknown mechanism {kind}")
     seconds = time.perf_counter() - t0
@@ -166,7 +174,7 @@ def main() -> None:
         "rho": rho,
         "workload": "all 2-way marginals",
         "seeds": args.seeds,
-        "noise": "OpenDP (unseedable): fresh noise every run; seeds only permute the workload order",
+        "noise": "OpenDP (unseedable): fresh noise every run; seeds permute the workload order",
         "tv": "mean over the workload of |true - model| / 2N, median over seeds",
     }
     for kind in kinds:

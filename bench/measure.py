@@ -30,17 +30,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from queries import Server, seed_fixed_measurements, setup_over_api
 
 NEW_PAIRS = [
-    ("workclass", "education-num"), ("race", "sex"), ("hours-per-week", "sex"),
-    ("age", "marital-status"), ("native-country", "income>50K"), ("occupation", "sex"),
-    ("relationship", "income>50K"), ("fnlwgt", "income>50K"), ("workclass", "occupation"),
+    ("workclass", "education-num"),
+    ("race", "sex"),
+    ("hours-per-week", "sex"),
+    ("age", "marital-status"),
+    ("native-country", "income>50K"),
+    ("occupation", "sex"),
+    ("relationship", "income>50K"),
+    ("fnlwgt", "income>50K"),
+    ("workclass", "occupation"),
 ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--poll", type=float, default=0.05,
-                        help="the embedded worker's idle poll interval (PRIVQ_WORKER_POLL_SECONDS)")
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=0.05,
+        help="the embedded worker's idle poll interval (PRIVQ_WORKER_POLL_SECONDS)",
+    )
     args = parser.parse_args()
     if not 1 <= args.runs <= len(NEW_PAIRS):
         parser.error(f"--runs must be 1..{len(NEW_PAIRS)}")
@@ -57,8 +67,10 @@ def main() -> None:
             with httpx.Client(base_url=server.url, headers=headers, timeout=120.0) as client:
                 for pair in NEW_PAIRS[: args.runs]:
                     started = time.perf_counter()
-                    accepted = client.post(f"{base}/measurements", json={
-                        "marginals": [list(pair)], "noise": "gaussian", "sigma": 10})
+                    accepted = client.post(
+                        f"{base}/measurements",
+                        json={"marginals": [list(pair)], "noise": "gaussian", "sigma": 10},
+                    )
                     accepted.raise_for_status()
                     job_id = accepted.json()["job_id"]
                     while True:
@@ -70,22 +82,28 @@ def main() -> None:
                     if job["status"] != "succeeded":
                         raise RuntimeError(f"job failed: {job['error']}")
                     model = client.get(f"{base}/model").json()
-                    runs.append({
-                        "pair": list(pair),
-                        "seconds": round(elapsed, 3),
-                        "fit_seconds": round(model.get("fit_seconds", float("nan")), 3),
-                        "fit_iterations": model.get("iterations"),
-                        "model_version": job["model_version"],
-                        "measurements_in_model": model.get("measurement_count"),
-                    })
+                    runs.append(
+                        {
+                            "pair": list(pair),
+                            "seconds": round(elapsed, 3),
+                            "fit_seconds": round(model.get("fit_seconds", float("nan")), 3),
+                            "fit_iterations": model.get("iterations"),
+                            "model_version": job["model_version"],
+                            "measurements_in_model": model.get("measurement_count"),
+                        }
+                    )
         finally:
             server.stop()
-    print(json.dumps({
-        "post_to_succeeded_seconds_median": statistics.median(r["seconds"] for r in runs),
-        "fit_seconds_median": statistics.median(r["fit_seconds"] for r in runs),
-        "worker_poll_seconds": args.poll,
-        "runs": runs,
-    }))
+    print(
+        json.dumps(
+            {
+                "post_to_succeeded_seconds_median": statistics.median(r["seconds"] for r in runs),
+                "fit_seconds_median": statistics.median(r["fit_seconds"] for r in runs),
+                "worker_poll_seconds": args.poll,
+                "runs": runs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -64,10 +64,18 @@ MEASUREMENT_SIGMA = 10.0
 # 2-way marginals the background phase buys one after another (small attributes, so
 # the model stays within the cell cap however many of them are added).
 BACKGROUND_PAIRS = [
-    ("workclass", "sex"), ("race", "income>50K"), ("marital-status", "sex"),
-    ("relationship", "income>50K"), ("workclass", "race"), ("education-num", "sex"),
-    ("marital-status", "income>50K"), ("occupation", "race"), ("relationship", "race"),
-    ("workclass", "income>50K"), ("education-num", "race"), ("occupation", "sex"),
+    ("workclass", "sex"),
+    ("race", "income>50K"),
+    ("marital-status", "sex"),
+    ("relationship", "income>50K"),
+    ("workclass", "race"),
+    ("education-num", "sex"),
+    ("marital-status", "income>50K"),
+    ("occupation", "race"),
+    ("relationship", "race"),
+    ("workclass", "income>50K"),
+    ("education-num", "race"),
+    ("occupation", "sex"),
 ]
 FLOORS = {"requests_per_second": 300.0, "p99_ms": 100.0, "p99_ms_while_fitting": 250.0}
 
@@ -133,8 +141,7 @@ class Connection:
     def __init__(self, host: str, port: int, authorization: str) -> None:
         self.host, self.port = host, port
         self.fixed_headers = (
-            f"Host: {host}:{port}\r\nAuthorization: {authorization}\r\n"
-            "Accept: application/json\r\n"
+            f"Host: {host}:{port}\r\nAuthorization: {authorization}\r\nAccept: application/json\r\n"
         )
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
@@ -222,7 +229,9 @@ async def run_load(config: dict[str, Any]) -> dict[str, Any]:
         await connection.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(client_loop(config["seed"] * 1000 + i) for i in range(config["clients"])))
+    await asyncio.gather(
+        *(client_loop(config["seed"] * 1000 + i) for i in range(config["clients"]))
+    )
     elapsed = time.perf_counter() - started
     latencies_ms = [1000 * x for x in latencies]
     return {
@@ -260,7 +269,10 @@ def run_load_process(config: dict[str, Any], server_pid: int | None = None) -> d
     cpu_before = process_cpu_seconds(server_pid) if server_pid else None
     result = subprocess.run(
         [sys.executable, __file__, "--load-generator", json.dumps(config)],
-        capture_output=True, text=True, timeout=config["duration"] + 120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=config["duration"] + 120,
+        check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"load generator failed: {result.stderr[-2000:]}")
@@ -292,8 +304,16 @@ class Server:
             "PRIVQ_ADMIN_KEY": self.admin_key,
             "PRIVQ_LOG_LEVEL": os.environ.get("PRIVQ_LOG_LEVEL", "WARNING"),
         }
-        command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1",
-                   "--port", str(self.port)]
+        command = [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
         if not embedded_worker:
             command += ["--workers-in-process", "0"]
         self.log = open(workdir / "server.log", "wb")  # noqa: SIM115 — closed in stop()
@@ -359,7 +379,9 @@ def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) 
 
     with np.load(DATA / "adult-measurements-sigma10.npz", allow_pickle=False) as archive:
         sigma = float(archive["sigma"])
-        stored = {key: np.rint(archive[key]).astype(np.int64) for key in archive.files if key != "sigma"}
+        stored = {
+            key: np.rint(archive[key]).astype(np.int64) for key in archive.files if key != "sigma"
+        }
     assert sigma == MEASUREMENT_SIGMA
     per_measurement = rho_units("0.005")  # 1/(2σ²) at σ = 10
     database = Database(database_url)
@@ -369,14 +391,24 @@ def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) 
                 dataset_service.get_dataset(session, dataset_id)
             ).domain()
             job = jobs.create(
-                session, job_id=str(uuid.uuid4()), dataset_id=dataset_id,
-                tenant_id=tenant_id, kind="measure",
-                params={"marginals": [k.split("|") for k in stored], "noise": "gaussian",
-                        "sigma": sigma, "source": "bench/queries.py fixed measurements"},
+                session,
+                job_id=str(uuid.uuid4()),
+                dataset_id=dataset_id,
+                tenant_id=tenant_id,
+                kind="measure",
+                params={
+                    "marginals": [k.split("|") for k in stored],
+                    "noise": "gaussian",
+                    "sigma": sigma,
+                    "source": "bench/queries.py fixed measurements",
+                },
             )
             ledger.charge(
-                session, tenant_id=tenant_id, dataset_id=dataset_id,
-                rho_units=per_measurement * len(stored), job_id=job.id,
+                session,
+                tenant_id=tenant_id,
+                dataset_id=dataset_id,
+                rho_units=per_measurement * len(stored),
+                job_id=job.id,
                 description=f"bench: {len(stored)} fixed Gaussian measurements, sigma=10",
             )
             high_water = 0
@@ -384,9 +416,15 @@ def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) 
             for position, (key, values) in enumerate(stored.items()):
                 attributes = tuple(key.split("|"))
                 record = measurement_service.store(
-                    session, dataset_id=dataset_id, job_id=job.id, position=position,
-                    attributes=attributes, noise_kind="gaussian", scale=sigma,
-                    rho_units_used=per_measurement, values=values,
+                    session,
+                    dataset_id=dataset_id,
+                    job_id=job.id,
+                    position=position,
+                    attributes=attributes,
+                    noise_kind="gaussian",
+                    scale=sigma,
+                    rho_units_used=per_measurement,
+                    values=values,
                 )
                 high_water = max(high_water, record.id)
                 measurements.append(Measurement(attributes, values, "gaussian", sigma))
@@ -398,8 +436,12 @@ def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) 
         fit_seconds = time.perf_counter() - started
         with database.unit_of_work() as session:
             saved = model_service.save_version(
-                session, dataset_id=dataset_id, model=model, record=record,
-                high_water=high_water, measurement_count=len(measurements),
+                session,
+                dataset_id=dataset_id,
+                model=model,
+                record=record,
+                high_water=high_water,
+                measurement_count=len(measurements),
             )
             session.get(Job, job.id).model_version = saved.version  # type: ignore[union-attr]
     finally:
@@ -408,7 +450,7 @@ def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) 
         "measurements": len(measurements),
         "fit_seconds": round(fit_seconds, 2),
         "iterations": record.iterations,
-        "sizes": dict(zip(domain.attributes, domain.sizes)),
+        "sizes": dict(zip(domain.attributes, domain.sizes, strict=True)),
     }
 
 
@@ -437,8 +479,11 @@ class BackgroundFits:
                     posted = time.perf_counter()
                     response = client.post(
                         f"/v1/datasets/{self.dataset_id}/measurements",
-                        json={"marginals": [list(pair)], "noise": "gaussian",
-                              "sigma": MEASUREMENT_SIGMA},
+                        json={
+                            "marginals": [list(pair)],
+                            "noise": "gaussian",
+                            "sigma": MEASUREMENT_SIGMA,
+                        },
                     )
                     if response.status_code != 202:
                         self.failures.append(f"{response.status_code} {response.text[:200]}")
@@ -477,7 +522,8 @@ def fit_loop_main(duration: float) -> None:
     with np.load(DATA / "adult-measurements-sigma10.npz", allow_pickle=False) as archive:
         measurements = [
             Measurement(tuple(k.split("|")), np.rint(archive[k]), "gaussian", MEASUREMENT_SIGMA)
-            for k in archive.files if k != "sigma"
+            for k in archive.files
+            if k != "sigma"
         ]
     deadline = time.monotonic() + duration
     fits = 0
@@ -509,7 +555,8 @@ def run_fit_phase(
         return result
     emulator = subprocess.Popen(
         [sys.executable, __file__, "--fit-loop", str(config["duration"] + 5)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         result = run_load_process(config, server.process.pid)
@@ -533,15 +580,23 @@ def worker_available() -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--duration", type=float, default=20.0,
-                        help=f"seconds per phase (1..{MAX_DURATION_SECONDS})")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=20.0,
+        help=f"seconds per phase (1..{MAX_DURATION_SECONDS})",
+    )
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients (1..64)")
-    parser.add_argument("--max-cells", type=int, default=1000,
-                        help="largest marginal asked for, in cells")
+    parser.add_argument(
+        "--max-cells", type=int, default=1000, help="largest marginal asked for, in cells"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-fit-phase", action="store_true")
-    parser.add_argument("--emulate-fits", action="store_true",
-                        help="background load from a fit-loop process, not the embedded worker")
+    parser.add_argument(
+        "--emulate-fits",
+        action="store_true",
+        help="background load from a fit-loop process, not the embedded worker",
+    )
     parser.add_argument("--load-generator", metavar="CONFIG_JSON", help=argparse.SUPPRESS)
     parser.add_argument("--fit-loop", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -562,11 +617,18 @@ def main() -> None:
         try:
             server.wait_ready()
             ids = setup_over_api(server, grant_rho=10.0)
-            seeded = seed_fixed_measurements(server.database_url, ids["tenant_id"], ids["dataset_id"])
+            seeded = seed_fixed_measurements(
+                server.database_url, ids["tenant_id"], ids["dataset_id"]
+            )
             config = {
-                "url": server.url, "api_key": ids["api_key"], "dataset_id": ids["dataset_id"],
-                "duration": args.duration, "clients": args.clients,
-                "max_cells": args.max_cells, "sizes": seeded["sizes"], "seed": args.seed,
+                "url": server.url,
+                "api_key": ids["api_key"],
+                "dataset_id": ids["dataset_id"],
+                "duration": args.duration,
+                "clients": args.clients,
+                "max_cells": args.max_cells,
+                "sizes": seeded["sizes"],
+                "seed": args.seed,
             }
             # Warm the server's model cache and plans as any long-running server would be.
             warm = dict(config, duration=min(2.0, args.duration), seed=args.seed + 99)
@@ -597,8 +659,10 @@ def main() -> None:
         idle["requests_per_second"] >= FLOORS["requests_per_second"]
         and idle["p99_ms"] <= FLOORS["p99_ms"]
         and idle["errors"] == 0
-        and (fitting is None or (fitting["p99_ms"] <= FLOORS["p99_ms_while_fitting"]
-                                 and fitting["errors"] == 0))
+        and (
+            fitting is None
+            or (fitting["p99_ms"] <= FLOORS["p99_ms_while_fitting"] and fitting["errors"] == 0)
+        )
     )
     print(json.dumps(report))
 

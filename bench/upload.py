@@ -104,7 +104,7 @@ def generate_csv(path: Path, rows: int) -> dict[str, int]:
                 cells[f"int{i}"] = codes.astype(str)
                 code_sums[f"int{i}"] += int(codes.sum())
             columns = [cells[name].tolist() for name in file_order]
-            handle.write("\n".join(map(",".join, zip(*columns))) + "\n")
+            handle.write("\n".join(map(",".join, zip(*columns, strict=True))) + "\n")
     return code_sums
 
 

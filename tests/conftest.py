@@ -65,9 +65,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def empty_database_url(
-    backend: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+def empty_database_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A URL to an empty database (no tables), removed after the module."""
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'privq.db'}"
@@ -258,7 +256,9 @@ class SeedHelper:
         """A new tenant with a grant of `rho_limit_units` on a new dataset."""
         tenant, dataset = self.tenant(), self.dataset()
         with self.database.unit_of_work() as session:
-            grant = Grant(tenant_id=tenant.id, dataset_id=dataset.id, rho_limit_units=rho_limit_units)
+            grant = Grant(
+                tenant_id=tenant.id, dataset_id=dataset.id, rho_limit_units=rho_limit_units
+            )
             session.add(grant)
         return grant
 

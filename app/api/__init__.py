@@ -30,7 +30,6 @@ logger = logging.getLogger("privq.api")
 UPLOAD_ENVELOPE_BYTES = 1024 * 1024
 
 
-
 def discover_routers() -> list[APIRouter]:
     """The `router` of every module in `app/api/routers/`: a new resource is a new file."""
     found = []
@@ -50,9 +49,7 @@ def announce_admin_key(database: Database, settings: Settings) -> str | None:
         admin_key = tenant_service.ensure_generated_admin_key(session)
     if admin_key is not None:
         # Printed once, to stdout, for the operator; only its hash is stored.
-        print(
-            f"privq: generated admin key (shown only now; keep it): {admin_key}", flush=True
-        )
+        print(f"privq: generated admin key (shown only now; keep it): {admin_key}", flush=True)
     return admin_key
 
 
@@ -86,7 +83,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app = FastAPI(
         title="privq",
         version="0.1.0",
-        summary="Privacy-budgeted query answering over sensitive tabular data (zCDP + Private-PGM).",
+        summary="Privacy-budgeted answers over sensitive tabular data (zCDP + Private-PGM).",
         lifespan=lifespan,
     )
     app.state.settings = settings

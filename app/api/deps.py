@@ -136,13 +136,19 @@ class TenantSnapshot:
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantSnapshot:
-        return cls(tenant.id, tenant.name, tenant.api_key_hash, tenant.key_prefix,
-                   tenant.created_at)
+        return cls(
+            tenant.id, tenant.name, tenant.api_key_hash, tenant.key_prefix, tenant.created_at
+        )
 
     def to_tenant(self) -> Tenant:
         """A new detached `Tenant` per request, so no two requests share one instance."""
-        tenant = Tenant(id=self.id, name=self.name, api_key_hash=self.api_key_hash,
-                        key_prefix=self.key_prefix, created_at=self.created_at)
+        tenant = Tenant(
+            id=self.id,
+            name=self.name,
+            api_key_hash=self.api_key_hash,
+            key_prefix=self.key_prefix,
+            created_at=self.created_at,
+        )
         make_transient_to_detached(tenant)
         return tenant
 

@@ -51,10 +51,15 @@ def log_request(method: str, route: str, status: int, elapsed: float) -> None:
     if not logger.isEnabledFor(logging.INFO):
         return
     record = logger.makeRecord(
-        logger.name, logging.INFO, __file__, 0, "request", (), None,
+        logger.name,
+        logging.INFO,
+        __file__,
+        0,
+        "request",
+        (),
+        None,
         func="ObservabilityMiddleware",
-        extra={"method": method, "route": route, "status": status,
-               "ms": round(elapsed * 1000, 2)},
+        extra={"method": method, "route": route, "status": status, "ms": round(elapsed * 1000, 2)},
     )
     logger.handle(record)
 

@@ -35,7 +35,9 @@ class TenantOut(BaseModel):
     @classmethod
     def of(cls, tenant: Tenant) -> TenantOut:
         return cls(
-            id=tenant.id, name=tenant.name, key_prefix=tenant.key_prefix,
+            id=tenant.id,
+            name=tenant.name,
+            key_prefix=tenant.key_prefix,
             created_at=tenant.created_at,
         )
 
@@ -68,7 +70,9 @@ class GrantOut(BaseModel):
     @classmethod
     def of(cls, grant: Grant) -> GrantOut:
         return cls(
-            id=grant.id, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
+            id=grant.id,
+            tenant_id=grant.tenant_id,
+            dataset_id=grant.dataset_id,
             rho_limit=units_to_rho(grant.rho_limit_units),
             rho_limit_exact=units_to_decimal_str(grant.rho_limit_units),
             created_at=grant.created_at,
@@ -130,9 +134,14 @@ class LedgerEntryOut(BaseModel):
     @classmethod
     def of(cls, entry: LedgerEntry) -> LedgerEntryOut:
         return cls(
-            id=entry.id, tenant_id=entry.tenant_id, kind=entry.kind,  # type: ignore[arg-type]
-            rho=units_to_rho(entry.rho_units), rho_exact=units_to_decimal_str(entry.rho_units),
-            job_id=entry.job_id, description=entry.description, created_at=entry.created_at,
+            id=entry.id,
+            tenant_id=entry.tenant_id,
+            kind=entry.kind,  # type: ignore[arg-type]
+            rho=units_to_rho(entry.rho_units),
+            rho_exact=units_to_decimal_str(entry.rho_units),
+            job_id=entry.job_id,
+            description=entry.description,
+            created_at=entry.created_at,
         )
 
 

@@ -152,4 +152,4 @@ def calibrate(
     """
     plan = CalibrationPlan(tree)
     marginals, log_z = plan.marginals(plan.clique_potentials(log_potentials))
-    return dict(zip(tree.cliques, marginals)), log_z
+    return dict(zip(tree.cliques, marginals, strict=True)), log_z

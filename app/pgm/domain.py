@@ -27,7 +27,7 @@ class Domain:
             raise DomainError("attributes and sizes differ in length")
         if len(set(self.attributes)) != len(self.attributes):
             raise DomainError("duplicate attribute names")
-        for name, size in zip(self.attributes, self.sizes):
+        for name, size in zip(self.attributes, self.sizes, strict=True):
             if int(size) != size or size < 1:
                 raise DomainError(f"attribute {name!r} must have a positive integer size")
 
@@ -65,7 +65,7 @@ class Domain:
         return tuple(a for a in self.attributes if a in wanted)
 
     def project(self, attrs: Iterable[str]) -> Domain:
-        """The sub-domain over `attrs`, in the order given (use `canonical` first for domain order)."""
+        """The sub-domain over `attrs`, in the order given (`canonical` first for domain order)."""
         names = tuple(attrs)
         if len(set(names)) != len(names):
             raise DomainError("duplicate attribute names")
@@ -81,4 +81,4 @@ class Domain:
         return prod(self.shape(attrs))
 
     def to_dict(self) -> dict[str, int]:
-        return dict(zip(self.attributes, self.sizes))
+        return dict(zip(self.attributes, self.sizes, strict=True))

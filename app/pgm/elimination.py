@@ -80,7 +80,7 @@ class EliminationPlan:
             if kind == "einsum":
                 _, operands, subscripts, output = operation
                 args: list[Any] = []
-                for slot, subscript in zip(operands, subscripts):
+                for slot, subscript in zip(operands, subscripts, strict=True):
                     args.append(slots[slot])
                     args.append(subscript)
                 args.append(output)
@@ -101,7 +101,7 @@ class EliminationPlan:
             else:  # "broadcast": a product with no summation, laid out in `keep` order
                 _, operands, layouts = operation
                 product = None
-                for slot, (permutation, shape) in zip(operands, layouts):
+                for slot, (permutation, shape) in zip(operands, layouts, strict=True):
                     table = slots[slot].transpose(permutation).reshape(shape)
                     product = table if product is None else product * table
                 assert product is not None
@@ -195,7 +195,7 @@ class _Compiler:
         """Multiply the tables and sum out every variable not in `needed`, two at a time."""
         pending = list(items)
         if len(pending) == 1:
-            slot, axes = pending[0]
+            _slot, axes = pending[0]
             result = tuple(v for v in axes if v in needed)
             return pending[0] if result == axes else self.einsum(pending, result)
         while len(pending) > 1:
@@ -211,7 +211,7 @@ class _Compiler:
             _, i, j = best
             others = [item for k, item in enumerate(pending) if k not in (i, j)]
             still = set(needed).union(*(set(axes) for _, axes in others))
-            pending = others + [self.pair(pending[i], pending[j], still)]
+            pending = [*others, self.pair(pending[i], pending[j], still)]
         return pending[0]
 
 
@@ -341,7 +341,7 @@ def eliminate(
     """Σ over every variable not in `keep` of the product of the (scope, table) factors."""
     scope_sizes: dict[Variable, int] = dict(sizes or {})
     for scope, table in factors:
-        for v, n in zip(scope, np.shape(table)):
+        for v, n in zip(scope, np.shape(table), strict=True):
             scope_sizes.setdefault(v, n)
     plan = plan_elimination([s for s, _ in factors], scope_sizes, keep, max_cells=max_cells)
     result = plan.execute([np.asarray(t, dtype=float) for _, t in factors])
@@ -387,7 +387,7 @@ class CalibratedTree:
         if len(self.edges) != max(len(self.cliques) - 1, 0):
             raise ValueError("a junction tree over n cliques has n - 1 edges")
         tables = []
-        for clique, table in zip(self.cliques, marginals):
+        for clique, table in zip(self.cliques, marginals, strict=True):
             array = np.array(table, dtype=float)
             if array.shape != domain.shape(clique):
                 raise DomainError(f"marginal of {clique} has shape {array.shape}")
@@ -411,7 +411,7 @@ class CalibratedTree:
         if missing:
             raise DomainError(f"attributes {missing} are in no clique")
         self._holders = holders
-        self._sizes: dict[Variable, int] = dict(zip(domain.attributes, domain.sizes))
+        self._sizes: dict[Variable, int] = dict(zip(domain.attributes, domain.sizes, strict=True))
         self._conditionals: dict[tuple[int, int], np.ndarray] = {}
         self._plans: dict[object, TreePlan] = {}
         self._lock = threading.Lock()
@@ -501,7 +501,7 @@ class CalibratedTree:
         kept = [i for i in range(len(self.cliques)) if not removed[i]]
         # Root at the kept clique holding most query attributes, then breadth-first.
         root = max(kept, key=lambda i: (len(self.clique_sets[i] & wanted), -i))
-        return (root,) + tuple(i for i in kept if i != root)
+        return (root, *tuple(i for i in kept if i != root))
 
     def plan(
         self,
@@ -597,7 +597,7 @@ class CalibratedTree:
         scopes = [tuple(s) for s, _ in factors]
         extra_sizes: dict[Variable, int] = {}
         for scope, table in factors:
-            for v, n in zip(scope, np.shape(table)):
+            for v, n in zip(scope, np.shape(table), strict=True):
                 if v not in self._sizes:
                     extra_sizes[v] = int(n)
         plan = self.plan(attrs, scopes, keep, extra_sizes=extra_sizes, max_cells=max_cells)

@@ -332,7 +332,10 @@ class _Problem:
         return GraphicalModel(
             self.tree.domain,
             self.tree.cliques,
-            {c: np.ascontiguousarray(t, dtype=float) for c, t in zip(self.tree.cliques, thetas)},
+            {
+                c: np.ascontiguousarray(t, dtype=float)
+                for c, t in zip(self.tree.cliques, thetas, strict=True)
+            },
             float(self.total),
         )
 

@@ -24,7 +24,8 @@ class Factor:
     def __post_init__(self) -> None:
         if self.values.shape != self.domain.sizes:
             raise DomainError(
-                f"factor values of shape {self.values.shape} do not match domain {self.domain.sizes}"
+                f"factor values of shape {self.values.shape} "
+                f"do not match domain {self.domain.sizes}"
             )
 
     @classmethod
@@ -59,7 +60,9 @@ class Factor:
         return Factor(domain, np.broadcast_to(values, domain.sizes).copy())
 
     def _aligned(self, other: Factor) -> tuple[Domain, np.ndarray, np.ndarray]:
-        names = self.attributes + tuple(a for a in other.attributes if a not in set(self.attributes))
+        names = self.attributes + tuple(
+            a for a in other.attributes if a not in set(self.attributes)
+        )
         sizes = self.domain.sizes + tuple(
             other.domain.size_of(a) for a in names[len(self.attributes) :]
         )

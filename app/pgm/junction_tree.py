@@ -97,11 +97,10 @@ class JunctionTree:
         wanted = set(attrs)
         best = None
         for i, clique in enumerate(self.cliques):
-            if wanted <= set(clique):
-                if best is None or self.domain.cells(clique) < self.domain.cells(
-                    self.cliques[best]
-                ):
-                    best = i
+            if wanted <= set(clique) and (
+                best is None or self.domain.cells(clique) < self.domain.cells(self.cliques[best])
+            ):
+                best = i
         if best is None:
             raise KeyError(f"no clique of the junction tree contains {sorted(wanted)}")
         return best
@@ -131,7 +130,7 @@ def _elimination_cliques(
     for s in sets:
         for a in s:
             adjacency[a].update(b for b in s if b != a)
-    size = dict(zip(domain.attributes, domain.sizes))
+    size = dict(zip(domain.attributes, domain.sizes, strict=True))
     position = {a: i for i, a in enumerate(domain.attributes)}
 
     def cost(a: str) -> tuple[int, int, int]:

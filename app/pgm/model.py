@@ -136,7 +136,7 @@ class GraphicalModel:
         return sampler
 
     def default_rows(self) -> int:
-        return max(int(round(self.total)), 0)
+        return max(round(self.total), 0)
 
     def sample_chunks(
         self,

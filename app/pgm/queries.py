@@ -280,7 +280,9 @@ def answer_query(
     """total · Q p for one query (axes: the query's factors with more than one row)."""
     _check_domain(tree, query)
     touched, scopes, tables, keep = query._layout
-    return tree.contract(touched, list(zip(scopes, tables)), keep, max_cells=max_cells, scale=total)
+    return tree.contract(
+        touched, list(zip(scopes, tables, strict=True)), keep, max_cells=max_cells, scale=total
+    )
 
 
 def answer_queries(
@@ -319,14 +321,14 @@ def answer_queries(
             continue
         chunk = max(1, _BATCH_CELLS // max(single.max_intermediate_cells, 1))
         batch_axis: Variable = ("#batch",)
-        batch_scopes = tuple((batch_axis,) + scope for scope in scopes)
+        batch_scopes = tuple((batch_axis, *scope) for scope in scopes)
         for start in range(0, len(members), chunk):
             part = members[start : start + chunk]
             stacked = [
                 np.stack([queries[i]._layout[2][k] for i in part]) for k in range(len(scopes))
             ]
             sizes = {**_row_sizes(first), batch_axis: len(part)}
-            plan = tree.plan(touched, batch_scopes, (batch_axis,) + keep, extra_sizes=sizes)
+            plan = tree.plan(touched, batch_scopes, (batch_axis, *keep), extra_sizes=sizes)
             result = tree.run(plan, stacked, scale=total)
             for offset, index in enumerate(part):
                 answers[index] = result[offset]
@@ -336,4 +338,8 @@ def answer_queries(
 
 def _row_sizes(query: FactoredQuery) -> dict[Variable, int]:
     _, scopes, tables, _ = query._layout
-    return {scope[0]: table.shape[0] for scope, table in zip(scopes, tables) if len(scope) == 2}
+    return {
+        scope[0]: table.shape[0]
+        for scope, table in zip(scopes, tables, strict=True)
+        if len(scope) == 2
+    }

@@ -100,7 +100,9 @@ class TreeSampler:
             position = np.searchsorted(step.shifted_cdf, target, side="right")
             # Rounding can land exactly on the row's end (s + 1); clamp into the row.
             drawn = np.clip(position - given * width, 0, width - 1)
-            for column, codes in zip(step.new, np.unravel_index(drawn, step.new_shape)):
+            for column, codes in zip(
+                step.new, np.unravel_index(drawn, step.new_shape), strict=True
+            ):
                 out[:, column] = codes
         return out
 

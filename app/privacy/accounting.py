@@ -58,7 +58,7 @@ def rho_gaussian(sigma: float, sensitivity: float = 1.0) -> float:
 
 
 def sigma_for_rho(rho: float, marginals: int = 1) -> float:
-    """σ such that `marginals` sensitivity-1 Gaussian measurements, each with σ, cost `rho` in total."""
+    """σ such that `marginals` sensitivity-1 Gaussian measurements with σ cost `rho` in all."""
     rho = _positive("rho", rho)
     if marginals < 1:
         raise ValueError("marginals must be at least 1")
@@ -143,7 +143,7 @@ def epsilon_from_rho_loose(rho: float, delta: float) -> float:
 
 
 def rho_from_epsilon(epsilon: float, delta: float, *, rtol: float = 1e-12) -> float:
-    """The largest ρ whose tight (ε, δ) conversion is at most `epsilon` (bisection; ε is increasing in ρ)."""
+    """The largest ρ whose tight (ε, δ) conversion is at most `epsilon` (bisection on ρ)."""
     epsilon = _positive("epsilon", epsilon)
     delta = _check_delta(delta)
     lo, hi = 0.0, 1.0

@@ -127,7 +127,9 @@ def load_ready_model(database: Database, dataset_id: str, version: int) -> Loade
     return loaded
 
 
-def visible_ready_model(database: Database, dataset_id: str, *, tenant_id: str | None) -> LoadedModel:
+def visible_ready_model(
+    database: Database, dataset_id: str, *, tenant_id: str | None
+) -> LoadedModel:
     """`visible_model` for a request: the visibility and latest-version check is one
     statement on a pooled connection (no session, never cached); a session is opened
     only when this process has not loaded that version yet."""
@@ -211,9 +213,7 @@ def standard_error(loaded: LoadedModel, attrs: Sequence[str]) -> StandardError:
     for measurement in loaded.measurements:
         if not wanted <= set(measurement.attributes):
             continue
-        summed_cells = domain.cells(
-            [a for a in measurement.attributes if a not in wanted]
-        )
+        summed_cells = domain.cells([a for a in measurement.attributes if a not in wanted])
         precision += 1.0 / (summed_cells * measurement.noise_variance)
         covering += 1
     if covering == 0:
@@ -248,7 +248,9 @@ def marginal_size(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
         raise TooManyCells(
             f"attrs: the marginal over {', '.join(attrs)} has {cells} cells, more than "
             f"the limit of {max_cells}; ask for fewer or smaller attributes",
-            parameter="attrs", cells=cells, max_cells=max_cells,
+            parameter="attrs",
+            cells=cells,
+            max_cells=max_cells,
         )
     try:
         plan = loaded.model.plan(attrs, max_cells=MAX_INFERENCE_CELLS)
@@ -257,9 +259,7 @@ def marginal_size(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
     return WorkSize(cells, plan.max_intermediate_cells)
 
 
-def _marginal_counts(
-    loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
-) -> np.ndarray:
+def _marginal_counts(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) -> np.ndarray:
     marginal_size(loaded, attrs, max_cells=max_cells)
     try:
         counts = loaded.model.marginal(attrs, max_cells=MAX_INFERENCE_CELLS)
@@ -287,9 +287,7 @@ def _marginal_details(
     }
 
 
-def marginal_answer(
-    loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
-) -> dict[str, Any]:
+def marginal_answer(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) -> dict[str, Any]:
     """The model's counts over `attrs` (axes in the order given) with cell labels:
     `{"attributes", "values", "counts", "model_version", "measured", "covered_by",
     "standard_error", "error_bound", "unmeasured_attributes", "note"}`."""
@@ -346,10 +344,14 @@ def marginal_json(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
     counts = _marginal_counts(loaded, names, max_cells=max_cells)
     return b"".join(
         (
-            b'{"attributes":', _dumps(list(names)),
-            b',"values":', _labels_json(loaded, names),
-            b',"counts":', _dumps(counts.tolist()),
-            b",", _dumps(_marginal_details(loaded, names, counts))[1:],
+            b'{"attributes":',
+            _dumps(list(names)),
+            b',"values":',
+            _labels_json(loaded, names),
+            b',"counts":',
+            _dumps(counts.tolist()),
+            b",",
+            _dumps(_marginal_details(loaded, names, counts))[1:],
         )
     )
 
@@ -413,7 +415,9 @@ def _codes_of_labels(attribute: Attribute, labels: Sequence[object], parameter: 
         raise _invalid(parameter, str(error)) from None
 
 
-def parse_where(schema: DatasetSchema, text: str, *, parameter: str = "where") -> tuple[str, np.ndarray]:
+def parse_where(
+    schema: DatasetSchema, text: str, *, parameter: str = "where"
+) -> tuple[str, np.ndarray]:
     """`attr:v1,v2` (a value set) or `attr:lo..hi` (half-open range) → (attribute, codes)."""
     name, separator, rest = text.partition(":")
     if not separator:
@@ -626,15 +630,16 @@ def prepare_queries(
             "queries", f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(specs)}"
         )
     prepared = [
-        build_query(loaded, spec, parameter=f"queries[{index}]")
-        for index, spec in enumerate(specs)
+        build_query(loaded, spec, parameter=f"queries[{index}]") for index, spec in enumerate(specs)
     ]
     cells = sum(p.cells for p in prepared)
     if cells > max_cells:
         raise TooManyCells(
             f"queries: the answers would have {cells} cells together, more than the limit "
             f"of {max_cells}; split the request",
-            parameter="queries", cells=cells, max_cells=max_cells,
+            parameter="queries",
+            cells=cells,
+            max_cells=max_cells,
         )
     model = loaded.model
     largest = 0
@@ -655,7 +660,7 @@ def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]
         [p.query for p in batch.items], max_cells=MAX_INFERENCE_CELLS
     )
     answers = []
-    for item, result in zip(batch.items, results):
+    for item, result in zip(batch.items, results, strict=True):
         _, note = untouched_note(loaded, item.query.attributes)
         answers.append(
             {
@@ -687,7 +692,11 @@ def synthetic_rows(loaded: LoadedModel, rows: int | None) -> int:
         raise _invalid(
             "rows",
             f"at most {MAX_SYNTHETIC_ROWS} rows per request"
-            + (" (the model's estimated total is larger: ask for fewer rows)" if rows is None else ""),
+            + (
+                " (the model's estimated total is larger: ask for fewer rows)"
+                if rows is None
+                else ""
+            ),
         )
     return count
 
@@ -706,7 +715,7 @@ def synthetic_csv(
         buffer.seek(0)
         buffer.truncate()
         columns = [labels[chunk[:, j]] for j, labels in enumerate(label_arrays)]
-        writer.writerows(zip(*columns))
+        writer.writerows(zip(*columns, strict=True))
         yield buffer.getvalue().encode()
 
 

@@ -60,8 +60,9 @@ def load_context(
     unmeasured: dict[Attrs, tuple[UnmeasuredBound, np.ndarray]] = {}
     mechanism_jobs = session.scalars(
         select(Job)
-        .where(Job.dataset_id == dataset_id, Job.kind.in_(("aim", "mwem")),
-               Job.status == "succeeded")
+        .where(
+            Job.dataset_id == dataset_id, Job.kind.in_(("aim", "mwem")), Job.status == "succeeded"
+        )
         .order_by(Job.finished_at, Job.id)
     ).all()
     references: dict[int, GraphicalModel] = {version: model}

@@ -33,7 +33,11 @@ class UploadRefused(PrivqError):
     code = "invalid_upload"
 
     def __init__(
-        self, message: str | None = None, *, status: int | None = None, code: str | None = None,
+        self,
+        message: str | None = None,
+        *,
+        status: int | None = None,
+        code: str | None = None,
         **details: Any,
     ) -> None:
         super().__init__(message, **details)
@@ -67,7 +71,7 @@ def create_dataset(
     rho_total_units: int | None = None,
     max_bytes: int | None = None,
 ) -> Dataset:
-    """Encode the CSV `stream` under `schema` and add the dataset with its columns; never commits."""
+    """Encode the CSV `stream` under `schema`; add the dataset and its columns; never commits."""
     name = name.strip()
     if not name or len(name) > MAX_DATASET_NAME_LENGTH:
         raise InvalidRequest(f"dataset name must be 1 to {MAX_DATASET_NAME_LENGTH} characters")
@@ -139,4 +143,3 @@ def load_columns(
         missing = ", ".join(sorted(wanted - columns.keys()))
         raise NotFound(f"dataset {dataset_id} has no stored column(s): {missing}")
     return columns
-

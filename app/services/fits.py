@@ -62,8 +62,10 @@ def acquire(database: Database, dataset_id: str, *, owner: str, lease_seconds: f
         with database.unit_of_work() as session:
             row = _lock_row(session, dataset_id)
             now = utcnow()
-            free = row.owner is None or row.owner == owner or (
-                row.lease_expires_at is not None and row.lease_expires_at < now
+            free = (
+                row.owner is None
+                or row.owner == owner
+                or (row.lease_expires_at is not None and row.lease_expires_at < now)
             )
             if not free:
                 return False
@@ -181,8 +183,9 @@ def ensure_fitted(
             if held_locks is not None:
                 held_locks.add(dataset_id)
             try:
-                fit_now(database, dataset_id, domain, owner=owner, options=options,
-                        progress=progress)
+                fit_now(
+                    database, dataset_id, domain, owner=owner, options=options, progress=progress
+                )
             except FitLockLost:
                 pass  # our lease ran out mid-fit; whoever holds the lock now fits instead
             finally:
@@ -221,8 +224,12 @@ def save_if_current(
             if measurement_service.high_water(session, dataset_id=dataset_id) != high_water:
                 return None
             return model_service.save_version(
-                session, dataset_id=dataset_id, model=model, record=record,
-                high_water=high_water, measurement_count=measurement_count,
+                session,
+                dataset_id=dataset_id,
+                model=model,
+                record=record,
+                high_water=high_water,
+                measurement_count=measurement_count,
             ).version
     finally:
         release(database, dataset_id, owner=owner)

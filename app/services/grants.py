@@ -48,7 +48,8 @@ def create_grant(session: Session, *, dataset_id: str, tenant_id: str, rho_units
         if already_granted + rho_units > dataset.rho_total_units:
             available = dataset.rho_total_units - already_granted
             raise RhoTotalExceeded(
-                f"the dataset's grants may total at most rho={units_to_decimal_str(dataset.rho_total_units)}; "
+                "the dataset's grants may total at most "
+                f"rho={units_to_decimal_str(dataset.rho_total_units)}; "
                 f"rho={units_to_decimal_str(already_granted)} is already granted, so at most "
                 f"rho={units_to_decimal_str(max(available, 0))} can be added",
                 rho_total=units_to_rho(dataset.rho_total_units),

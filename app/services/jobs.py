@@ -104,8 +104,14 @@ def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool
         return job
 
 
-def renew(session: Session, *, job_id: str, owner: str, lease_seconds: float,
-          progress: dict[str, Any] | None = None) -> bool:
+def renew(
+    session: Session,
+    *,
+    job_id: str,
+    owner: str,
+    lease_seconds: float,
+    progress: dict[str, Any] | None = None,
+) -> bool:
     """Extend `owner`'s lease (and record progress); False if the lease is no longer its own."""
     values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_seconds)}
     if progress is not None:
@@ -123,8 +129,9 @@ def holds_lease(session: Session, *, job_id: str, owner: str) -> bool:
     return job is not None and job.status == "running" and job.lease_owner == owner
 
 
-def succeed(session: Session, job: Job, *, model_version: int,
-            progress: dict[str, Any] | None = None) -> None:
+def succeed(
+    session: Session, job: Job, *, model_version: int, progress: dict[str, Any] | None = None
+) -> None:
     job.status = "succeeded"
     job.model_version = model_version
     job.progress = {**(job.progress or {}), **(progress or {}), "stage": "done"}
@@ -138,13 +145,15 @@ def succeed(session: Session, job: Job, *, model_version: int,
 def noise_drawn(session: Session, job_id: str) -> bool:
     """Whether any measurement of the job was stored (released): then its ρ is spent."""
     count = session.scalar(
-        select(func.count()).select_from(MeasurementRecord).where(MeasurementRecord.job_id == job_id)
+        select(func.count())
+        .select_from(MeasurementRecord)
+        .where(MeasurementRecord.job_id == job_id)
     )
     return bool(count)
 
 
 def fail(session: Session, job: Job, message: str) -> int:
-    """Mark the job failed for good; refund its charge if no noise was drawn. Returns units refunded."""
+    """Fail the job for good; refund its charge if no noise was drawn. Returns units refunded."""
     job.status = "failed"
     job.error = message[:ERROR_MESSAGE_LENGTH]
     job.lease_owner = None

@@ -138,8 +138,12 @@ def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str
 
 
 def check_model_size(
-    session: Session, dataset_id: str, domain: Domain, new_sets: Sequence[Sequence[str]],
-    *, max_model_cells: int,
+    session: Session,
+    dataset_id: str,
+    domain: Domain,
+    new_sets: Sequence[Sequence[str]],
+    *,
+    max_model_cells: int,
 ) -> int:
     """Cells of the model the dataset's measurements plus `new_sets` make; 422 above the cap."""
     sets = measured_attribute_sets(session, dataset_id) + [tuple(s) for s in new_sets]
@@ -245,7 +249,9 @@ def submit(
 # -- the worker's side ----------------------------------------------------------------
 
 
-def true_marginal(columns: dict[str, np.ndarray], domain: Domain, attrs: Sequence[str]) -> np.ndarray:
+def true_marginal(
+    columns: dict[str, np.ndarray], domain: Domain, attrs: Sequence[str]
+) -> np.ndarray:
     """Exact counts over `attrs` (row-major in that order) by one bincount over the columns.
 
     The one place the data is read for a measurement, so it can move (chunked columns,

@@ -106,7 +106,8 @@ def plan(
         raise measurement_service.ModelTooLargeRequest(
             f"the dataset's model with this workload's one-way marginals needs {needed} "
             f"cells; max_model_cells is {cap}",
-            model_cells=needed, max_model_cells=cap,
+            model_cells=needed,
+            max_model_cells=cap,
         )
     if not any(model_cells(domain, [*map(tuple, measured), r]) <= cap for r in checked):
         raise measurement_service.ModelTooLargeRequest(
@@ -122,15 +123,29 @@ def plan(
 
 
 def submit(
-    session: Session, *, kind: str, tenant_id: str, dataset_id: str, settings: Any,
-    rho: float | str, workload: Sequence[Sequence[str]] | None, max_model_cells: int | None,
-    rounds: int | None, idempotency_key: str | None, body_hash: str,
+    session: Session,
+    *,
+    kind: str,
+    tenant_id: str,
+    dataset_id: str,
+    settings: Any,
+    rho: float | str,
+    workload: Sequence[Sequence[str]] | None,
+    max_model_cells: int | None,
+    rounds: int | None,
+    idempotency_key: str | None,
+    body_hash: str,
 ) -> tuple[Job, ledger.ChargeResult]:
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     domain = dataset_service.dataset_schema(dataset).domain()
     params, units = plan(
-        kind, domain, rho=rho, workload=workload, max_model_cells=max_model_cells,
-        rounds=rounds, settings_max_model_cells=settings.max_model_cells,
+        kind,
+        domain,
+        rho=rho,
+        workload=workload,
+        max_model_cells=max_model_cells,
+        rounds=rounds,
+        settings_max_model_cells=settings.max_model_cells,
         settings_max_marginal_cells=settings.max_marginal_cells,
         measured=measurement_service.measured_attribute_sets(session, dataset_id),
     )
@@ -234,14 +249,17 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
             )
 
     def on_progress(progress: Progress) -> None:
-        worker.progress(job, {
-            "stage": f"round {progress.stage}",
-            "round": progress.round_index,
-            "rounds_done": progress.rounds_done,
-            "attributes": list(progress.attributes),
-            "rho_used": progress.rho_used,
-            "rho_total": units_to_rho(params["rho_units"]),
-        })
+        worker.progress(
+            job,
+            {
+                "stage": f"round {progress.stage}",
+                "round": progress.round_index,
+                "rounds_done": progress.rounds_done,
+                "attributes": list(progress.attributes),
+                "rho_used": progress.rho_used,
+                "rho_total": units_to_rho(params["rho_units"]),
+            },
+        )
 
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],
@@ -269,9 +287,14 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
         )
     worker.check_lease()
     version = fits.save_if_current(
-        worker.database, job.dataset_id, result.model, result.fit,
-        high_water=high_water, measurement_count=len(others) + len(result.rounds),
-        owner=worker.worker_id, lease_seconds=worker.settings.lease_seconds,
+        worker.database,
+        job.dataset_id,
+        result.model,
+        result.fit,
+        high_water=high_water,
+        measurement_count=len(others) + len(result.rounds),
+        owner=worker.worker_id,
+        lease_seconds=worker.settings.lease_seconds,
     )
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
@@ -282,5 +305,6 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
         "rho_used": float(spent),
         "bounds_model_version": bounds_version,
         "unmeasured_bounds": [b.to_dict() for b in result.unmeasured_bounds.values()]
-        if bounds_version is not None else [],
+        if bounds_version is not None
+        else [],
     }

@@ -273,9 +273,7 @@ def load_model(session: Session, dataset_id: str, version: int) -> GraphicalMode
     try:
         return GraphicalModel.from_bytes(data)
     except ValueError as error:
-        raise StoredModelCorrupt(
-            f"model version {version} could not be read: {error}"
-        ) from None
+        raise StoredModelCorrupt(f"model version {version} could not be read: {error}") from None
 
 
 def covered_measurements(
@@ -297,7 +295,9 @@ def covered_measurements(
     ).all()
     return tuple(
         CoveredMeasurement(
-            id=int(row.id), attributes=tuple(row.attributes), noise=row.noise,
+            id=int(row.id),
+            attributes=tuple(row.attributes),
+            noise=row.noise,
             scale=float(row.scale),
         )
         for row in rows
@@ -319,9 +319,7 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
     schema = parse_schema(schema_json)
     model = load_model(session, dataset_id, version)
     if model.domain != schema.domain():
-        raise StoredModelCorrupt(
-            f"model version {version} does not match the dataset's schema"
-        )
+        raise StoredModelCorrupt(f"model version {version} does not match the dataset's schema")
     return LoadedModel(
         dataset_id=dataset_id,
         version=row.version,
@@ -336,7 +334,11 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
         high_water=row.high_water,
         measurements=covered_measurements(session, dataset_id, row.high_water),
         bounds=load_context(
-            session, dataset_id, version=row.version, model=model, high_water=row.high_water,
+            session,
+            dataset_id,
+            version=row.version,
+            model=model,
+            high_water=row.high_water,
             load_model=lambda reference: load_model(session, dataset_id, reference),
         ),
     )
@@ -469,6 +471,4 @@ def current_model(
         raise NoModel()
     cache = process_model_cache() if cache is None else cache
     wanted = version
-    return cache.get_or_load(
-        dataset_id, wanted, lambda: load_version(session, dataset_id, wanted)
-    )
+    return cache.get_or_load(dataset_id, wanted, lambda: load_version(session, dataset_id, wanted))

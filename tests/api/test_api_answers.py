@@ -26,8 +26,8 @@ from app.ingest import pack_column
 from app.pgm import queries as q
 from app.pgm.estimation import Measurement, fit
 from app.pgm.queries import FactoredQuery
-from app.services import models as model_service
 from app.schema import parse_schema
+from app.services import models as model_service
 from app.services.datasets import load_columns
 
 SCHEMA = {
@@ -80,13 +80,20 @@ def fit_test_model(database, dataset_id: str, measured=MEASURED, seed: int = 0):
         for position, (attrs, noise, scale) in enumerate(measured):
             flat = np.ravel_multi_index([columns[a] for a in attrs], domain.shape(attrs))
             truth = np.bincount(flat, minlength=domain.cells(attrs))
-            draw = rng.normal(0, scale, truth.size) if noise == "gaussian" else rng.laplace(
-                0, scale, truth.size
+            draw = (
+                rng.normal(0, scale, truth.size)
+                if noise == "gaussian"
+                else rng.laplace(0, scale, truth.size)
             )
             noisy = (truth + np.round(draw)).astype(np.int64)
             record = MeasurementRecord(
-                dataset_id=dataset_id, job_id=job.id, position=position,
-                attributes=list(attrs), noise=noise, scale=scale, rho_units=1,
+                dataset_id=dataset_id,
+                job_id=job.id,
+                position=position,
+                attributes=list(attrs),
+                noise=noise,
+                scale=scale,
+                rho_units=1,
                 values=pack_column(noisy),
             )
             session.add(record)
@@ -95,8 +102,12 @@ def fit_test_model(database, dataset_id: str, measured=MEASURED, seed: int = 0):
             measurements.append(Measurement(attrs, noisy, noise, scale))
         model, record = fit(domain, measurements, max_iterations=500)
         row = model_service.save_version(
-            session, dataset_id=dataset_id, model=model, record=record,
-            high_water=high_water, measurement_count=len(measurements),
+            session,
+            dataset_id=dataset_id,
+            model=model,
+            record=record,
+            high_water=high_water,
+            measurement_count=len(measurements),
         )
     return row.version, model
 
@@ -110,18 +121,25 @@ def world(api, database):
     api.grant(dataset["id"], tenant["id"], 1.0)
     version, model = fit_test_model(database, dataset["id"])
     return {
-        "tenant": tenant, "stranger": stranger, "dataset": dataset, "version": version,
-        "model": model, "base": f"/v1/datasets/{dataset['id']}",
+        "tenant": tenant,
+        "stranger": stranger,
+        "dataset": dataset,
+        "version": version,
+        "model": model,
+        "base": f"/v1/datasets/{dataset['id']}",
     }
 
 
 def _get(client, world, path: str, headers=None, **params):
-    return client.get(world["base"] + path, params=params, headers=headers or world["tenant"]["headers"])
+    return client.get(
+        world["base"] + path, params=params, headers=headers or world["tenant"]["headers"]
+    )
 
 
 def _post_queries(client, world, queries, headers=None):
     return client.post(
-        world["base"] + "/queries", json={"queries": queries},
+        world["base"] + "/queries",
+        json={"queries": queries},
         headers=headers or world["tenant"]["headers"],
     )
 
@@ -341,9 +359,14 @@ def test_factored_queries_match_the_models_marginals(client, world) -> None:
 
 def test_single_row_axes_keep_their_place_in_the_labels(client, world) -> None:
     body = _post_queries(
-        client, world,
-        [{"by": {"race": {"groups": {"all": ["a", "b", "c"]}}, "sex": "value"},
-          "moments": {"age": 1}}],
+        client,
+        world,
+        [
+            {
+                "by": {"race": {"groups": {"all": ["a", "b", "c"]}}, "sex": "value"},
+                "moments": {"age": 1},
+            }
+        ],
     ).json()
     answer = body["answers"][0]
     assert answer["attributes"] == ["race", "sex", "age"]
@@ -390,11 +413,15 @@ def test_queries_refuse_what_the_schema_does_not_admit(client, world, query, nee
     ],
 )
 def test_queries_refuse_malformed_bodies(client, world, body) -> None:
-    response = client.post(world["base"] + "/queries", json=body, headers=world["tenant"]["headers"])
+    response = client.post(
+        world["base"] + "/queries", json=body, headers=world["tenant"]["headers"]
+    )
     _error(response, 422)
 
 
-def test_queries_too_wide_for_inference_are_422_with_cells_needed(client, world, monkeypatch) -> None:
+def test_queries_too_wide_for_inference_are_422_with_cells_needed(
+    client, world, monkeypatch
+) -> None:
     from app.services import answers
 
     monkeypatch.setattr(answers, "MAX_INFERENCE_CELLS", 12)
@@ -418,7 +445,11 @@ def test_synthetic_csv_has_header_rows_and_schema_labels(client, world) -> None:
     body = records[1:]
     assert len(body) == 500
     allowed = [
-        {"F", "M"}, set(AGE_LABELS), {"a", "b", "c"}, {"0", "1", "2", "3"}, {"n", "s", "e", "w"}
+        {"F", "M"},
+        set(AGE_LABELS),
+        {"a", "b", "c"},
+        {"0", "1", "2", "3"},
+        {"n", "s", "e", "w"},
     ]
     for column, values in enumerate(allowed):
         assert {r[column] for r in body} <= values
@@ -494,8 +525,9 @@ def test_a_hundred_free_queries_leave_the_ledger_untouched(client, world, databa
 def test_free_queries_do_not_wait_for_the_write_lock(client, world, database, backend) -> None:
     """A writer holding the lock (on SQLite: the whole database) does not stall reads."""
     writer = database.session()
-    writer.execute(text("UPDATE datasets SET name = name WHERE id = :id"),
-                   {"id": world["dataset"]["id"]})
+    writer.execute(
+        text("UPDATE datasets SET name = name WHERE id = :id"), {"id": world["dataset"]["id"]}
+    )
     results: list[int] = []
 
     def ask() -> None:

@@ -54,10 +54,14 @@ def _ask(client, tenant, dataset):
     base = f"/v1/datasets/{dataset['id']}"
     headers = tenant["headers"]
     marginal = client.get(base + "/marginals", params={"attrs": "race,age"}, headers=headers)
-    count = client.get(base + "/count", params={"where": ["sex:F", "age:18..45"]},
-                       headers=headers)
-    queries = client.post(base + "/queries", headers=headers, json={"queries": [
-        {"where": {"sex": ["M"]}, "by": {"race": "value"}}, {"moments": {"age": 2}}]})
+    count = client.get(base + "/count", params={"where": ["sex:F", "age:18..45"]}, headers=headers)
+    queries = client.post(
+        base + "/queries",
+        headers=headers,
+        json={
+            "queries": [{"where": {"sex": ["M"]}, "by": {"race": "value"}}, {"moments": {"age": 2}}]
+        },
+    )
     for response in (marginal, count, queries):
         assert response.status_code == 200, response.text
     return marginal.json(), count.json(), queries.json()
@@ -89,7 +93,8 @@ def test_a_large_batch_of_queries_runs_in_a_thread(client, fitted, threads, monk
     threads["compute"].clear()
     monkeypatch.setattr(answers_router, "INLINE_MAX_QUERIES", 1)
     response = client.post(
-        f"/v1/datasets/{dataset['id']}/queries", headers=tenant["headers"],
+        f"/v1/datasets/{dataset['id']}/queries",
+        headers=tenant["headers"],
         json={"queries": [{"by": {"sex": "value"}}, {"by": {"race": "value"}}]},
     )
     assert response.status_code == 200

@@ -1,4 +1,4 @@
-"""The per-process tenant key cache: hits skip the database, entries expire, failures never stick."""
+"""The per-process tenant key cache: hits skip the database, entries expire, misses never stick."""
 
 from __future__ import annotations
 
@@ -54,9 +54,7 @@ def tenant_lookups(database: Database) -> Iterator[list[str]]:
 def _change_key_hash_in_database(database: Database, tenant_id: str) -> None:
     """What a rotation done directly in the database would look like."""
     with database.unit_of_work() as session:
-        session.execute(
-            update(Tenant).where(Tenant.id == tenant_id).values(api_key_hash="0" * 64)
-        )
+        session.execute(update(Tenant).where(Tenant.id == tenant_id).values(api_key_hash="0" * 64))
 
 
 def test_a_cached_key_needs_no_database_lookup_within_the_ttl(client, api, database, clock) -> None:
@@ -111,8 +109,9 @@ def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
     cache = TenantKeyCache(max_entries=2, clock=fake)
 
     def snapshot(name: str) -> TenantSnapshot:
-        return TenantSnapshot(id=name, name=name, api_key_hash=hash_key(name), key_prefix=name,
-                              created_at=None)  # type: ignore[arg-type]
+        return TenantSnapshot(
+            id=name, name=name, api_key_hash=hash_key(name), key_prefix=name, created_at=None
+        )  # type: ignore[arg-type]
 
     cache.put("a", snapshot("a"))
     cache.put("b", snapshot("b"))

@@ -1,4 +1,4 @@
-"""Error bounds on the marginals endpoint: AIM Theorem 2 where measured, Theorem 4 from mechanisms."""
+"""Error bounds of the marginals endpoint: AIM Theorem 2 where measured, Theorem 4 otherwise."""
 
 from __future__ import annotations
 
@@ -23,23 +23,31 @@ def small(api: ApiHelper) -> dict[str, Any]:
     return api.upload_dataset(small_adult(2000), SIZES)
 
 
-def marginal(client: TestClient, dataset_id: str, attrs: str, headers: dict[str, str]
-             ) -> dict[str, Any]:
-    response = client.get(f"/v1/datasets/{dataset_id}/marginals", params={"attrs": attrs},
-                          headers=headers)
+def marginal(
+    client: TestClient, dataset_id: str, attrs: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    response = client.get(
+        f"/v1/datasets/{dataset_id}/marginals", params={"attrs": attrs}, headers=headers
+    )
     assert response.status_code == 200, response.text
     return response.json()  # type: ignore[no-any-return]
 
 
 def test_theorem_2_bound_for_measured_marginals_and_none_elsewhere(
-    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database,
+    client: TestClient,
+    api: ApiHelper,
+    small: dict[str, Any],
+    database: Database,
     settings: Settings,
 ) -> None:
     tenant = api.create_tenant()
     api.grant(small["id"], tenant["id"], 1)
     headers = tenant["headers"]
-    client.post(f"/v1/datasets/{small['id']}/measurements", headers=headers,
-                json={"marginals": [["sex", "race"], ["race"], ["relationship"]], "rho": 0.3})
+    client.post(
+        f"/v1/datasets/{small['id']}/measurements",
+        headers=headers,
+        json={"marginals": [["sex", "race"], ["race"], ["relationship"]], "rho": 0.3},
+    )
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
 
     answer = marginal(client, small["id"], "race", headers)
@@ -47,8 +55,10 @@ def test_theorem_2_bound_for_measured_marginals_and_none_elsewhere(
     assert bound["method"] == "AIM theorem 2" and bound["confidence"] == 0.95
     # The same bound from the releases themselves: both measurements covering race.
     releases = client.get(f"/v1/datasets/{small['id']}/measurements", headers=headers).json()
-    measurements = [Measurement(tuple(r["attributes"]), np.array(r["values"], float),
-                                "gaussian", r["sigma"]) for r in releases]
+    measurements = [
+        Measurement(tuple(r["attributes"]), np.array(r["values"], float), "gaussian", r["sigma"])
+        for r in releases
+    ]
     domain = Domain.from_sizes(SIZES)
     expected = theorem2_bound(domain, ("race",), measurements, np.array(answer["counts"]))
     assert expected is not None
@@ -65,8 +75,11 @@ def test_theorem_4_bound_for_workload_marginals_aim_never_measured(
     dataset = api.upload_dataset(small_adult(2000), SIZES)
     tenant = api.create_tenant()
     api.grant(dataset["id"], tenant["id"], 1)
-    job_id = client.post(f"/v1/datasets/{dataset['id']}/mechanisms/aim", json={"rho": 0.01},
-                         headers=tenant["headers"]).json()["job_id"]
+    job_id = client.post(
+        f"/v1/datasets/{dataset['id']}/mechanisms/aim",
+        json={"rho": 0.01},
+        headers=tenant["headers"],
+    ).json()["job_id"]
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
     with database.read_only() as session:
         job = session.get(Job, job_id)

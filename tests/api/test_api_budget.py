@@ -15,8 +15,9 @@ from app.services.rho import rho_units
 
 def _charge(database, tenant_id: str, dataset_id: str, rho: float, **kwargs) -> None:
     with database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=tenant_id, dataset_id=dataset_id,
-                      rho_units=rho_units(rho), **kwargs)
+        ledger.charge(
+            session, tenant_id=tenant_id, dataset_id=dataset_id, rho_units=rho_units(rho), **kwargs
+        )
 
 
 def cks_epsilon_reference(rho: float, delta: float) -> float:
@@ -32,8 +33,7 @@ def cks_epsilon_reference(rho: float, delta: float) -> float:
     values = np.array([bound(a) for a in alphas[::50]])
     best = int(np.argmin(values)) * 50
     lo, hi = alphas[max(best - 50, 0)], alphas[min(best + 50, len(alphas) - 1)]
-    refined = minimize_scalar(bound, bounds=(lo, hi), method="bounded",
-                              options={"xatol": 1e-14})
+    refined = minimize_scalar(bound, bounds=(lo, hi), method="bounded", options={"xatol": 1e-14})
     return float(min(refined.fun, values.min()))
 
 
@@ -79,8 +79,11 @@ def test_epsilon_matches_cks_at_rho_half_delta_1e6(client, api, database) -> Non
 def test_budget_delta_must_be_in_unit_interval(client, api) -> None:
     tenant, dataset = api.tenant_with_grant(1.0)
     for delta in (0, 1, -1e-6, "abc"):
-        response = client.get(f"/v1/datasets/{dataset['id']}/budget",
-                              params={"delta": delta}, headers=tenant["headers"])
+        response = client.get(
+            f"/v1/datasets/{dataset['id']}/budget",
+            params={"delta": delta},
+            headers=tenant["headers"],
+        )
         assert response.status_code == 422
         assert response.json()["error"]["code"] == "invalid_request"
 
@@ -93,8 +96,9 @@ def test_admin_reads_a_grant_budget_by_tenant_id(client, api) -> None:
     assert response.status_code == 200 and response.json()["rho_limit"] == 0.5
     # A tenant may not read another tenant's grant by naming it.
     other, _ = api.tenant_with_grant(0.5)
-    assert client.get(url, params={"tenant_id": tenant["id"]},
-                      headers=other["headers"]).status_code in (404, 422)
+    assert client.get(
+        url, params={"tenant_id": tenant["id"]}, headers=other["headers"]
+    ).status_code in (404, 422)
 
 
 def test_grant_refusals(client, api) -> None:
@@ -109,8 +113,14 @@ def test_grant_refusals(client, api) -> None:
         response = post({"tenant_id": tenant["id"], "rho": rho})
         assert response.status_code == 422, (rho, response.text)
     assert post({"tenant_id": "no-such-tenant", "rho": 1}).status_code == 404
-    assert client.post("/v1/datasets/no-such/grants", json={"tenant_id": tenant["id"], "rho": 1},
-                       headers=ADMIN_HEADERS).status_code == 404
+    assert (
+        client.post(
+            "/v1/datasets/no-such/grants",
+            json={"tenant_id": tenant["id"], "rho": 1},
+            headers=ADMIN_HEADERS,
+        ).status_code
+        == 404
+    )
     assert post({"tenant_id": tenant["id"], "rho": 1, "extra": 1}).status_code == 422
     assert post({"tenant_id": tenant["id"], "rho": 1}).status_code == 201
     duplicate = post({"tenant_id": tenant["id"], "rho": 1})
@@ -122,16 +132,21 @@ def test_grants_together_may_not_exceed_rho_total(client, api) -> None:
     dataset = api.upload_dataset(rho_total="1.0")
     first, second, third = api.create_tenant(), api.create_tenant(), api.create_tenant()
     api.grant(dataset["id"], first["id"], "0.6")
-    refused = client.post(f"/v1/datasets/{dataset['id']}/grants",
-                          json={"tenant_id": second["id"], "rho": 0.45}, headers=ADMIN_HEADERS)
+    refused = client.post(
+        f"/v1/datasets/{dataset['id']}/grants",
+        json={"tenant_id": second["id"], "rho": 0.45},
+        headers=ADMIN_HEADERS,
+    )
     assert refused.status_code == 409
     error = refused.json()["error"]
     assert error["code"] == "rho_total_exceeded"
     assert error["rho_available"] == pytest.approx(0.4, abs=1e-15)
     api.grant(dataset["id"], second["id"], "0.4")  # exactly up to the cap is allowed
-    refused_again = client.post(f"/v1/datasets/{dataset['id']}/grants",
-                                json={"tenant_id": third["id"], "rho": 1e-12},
-                                headers=ADMIN_HEADERS)
+    refused_again = client.post(
+        f"/v1/datasets/{dataset['id']}/grants",
+        json={"tenant_id": third["id"], "rho": 1e-12},
+        headers=ADMIN_HEADERS,
+    )
     assert refused_again.status_code == 409
 
 

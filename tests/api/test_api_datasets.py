@@ -95,7 +95,9 @@ def test_bad_schema_or_form_fields_are_422(client, database) -> None:
         {"name": "x"},
     ):
         response = client.post(
-            "/v1/datasets", data=data, files={"file": ("a.csv", TINY_CSV.encode(), "text/csv")},
+            "/v1/datasets",
+            data=data,
+            files={"file": ("a.csv", TINY_CSV.encode(), "text/csv")},
             headers=ADMIN_HEADERS,
         )
         assert response.status_code == 422, (data, response.text)
@@ -108,14 +110,17 @@ def test_oversized_upload_is_413(settings, database) -> None:
     big_csv = "sex,age\n" + "F,23\n" * 100  # > 64 bytes, < the multipart envelope slack
     with TestClient(create_app(small, database=database)) as small_client:
         response = small_client.post(
-            "/v1/datasets", data={"schema": json.dumps(TINY_SCHEMA), "name": "big"},
-            files={"file": ("big.csv", big_csv.encode(), "text/csv")}, headers=ADMIN_HEADERS,
+            "/v1/datasets",
+            data={"schema": json.dumps(TINY_SCHEMA), "name": "big"},
+            files={"file": ("big.csv", big_csv.encode(), "text/csv")},
+            headers=ADMIN_HEADERS,
         )
         assert response.status_code == 413, response.text
         assert response.json()["error"]["code"]
         # A body declared far larger than the limit is refused before it is read.
         huge = small_client.post(
-            "/v1/datasets", content=b"x" * (2 * 1024 * 1024 + 100),
+            "/v1/datasets",
+            content=b"x" * (2 * 1024 * 1024 + 100),
             headers={**ADMIN_HEADERS, "Content-Type": "multipart/form-data; boundary=b"},
         )
         assert huge.status_code == 413

@@ -1,4 +1,4 @@
-"""The measurement pipeline through HTTP: charge + job, worker, stored releases, model, free queries."""
+"""The measurement pipeline over HTTP: charge + job, worker, stored releases, model, queries."""
 
 from __future__ import annotations
 
@@ -227,18 +227,23 @@ def test_insufficient_budget_is_409_and_charges_nothing(
     assert ledger_units(database, dataset["id"]) == []
 
 
-def test_model_too_large_is_refused_before_charging(
-    api: ApiHelper, database: Database
-) -> None:
+def test_model_too_large_is_refused_before_charging(api: ApiHelper, database: Database) -> None:
     tenant, dataset = api.tenant_with_grant(1)
     with database.session() as session:
         with pytest.raises(measurement_service.ModelTooLargeRequest) as refused:
             measurement_service.submit(
-                session, tenant_id=tenant["id"], dataset_id=dataset["id"],
-                domain=Domain.from_sizes({"sex": 2, "age": 5}), kind="measure",
-                params={"marginals": [["sex", "age"]]}, rho_units_total=UNITS_PER_RHO // 10,
-                attribute_sets=[("sex", "age")], max_model_cells=5,
-                idempotency_key=None, body_hash="x", description="test",
+                session,
+                tenant_id=tenant["id"],
+                dataset_id=dataset["id"],
+                domain=Domain.from_sizes({"sex": 2, "age": 5}),
+                kind="measure",
+                params={"marginals": [["sex", "age"]]},
+                rho_units_total=UNITS_PER_RHO // 10,
+                attribute_sets=[("sex", "age")],
+                max_model_cells=5,
+                idempotency_key=None,
+                body_hash="x",
+                description="test",
             )
         session.rollback()
     assert refused.value.details["model_cells"] == 10
@@ -273,9 +278,7 @@ def test_admin_key_cannot_buy_measurements(client: TestClient, api: ApiHelper) -
     assert response.status_code == 403
 
 
-def test_other_tenants_jobs_and_measurements_are_404(
-    client: TestClient, api: ApiHelper
-) -> None:
+def test_other_tenants_jobs_and_measurements_are_404(client: TestClient, api: ApiHelper) -> None:
     tenant, dataset = api.tenant_with_grant(1)
     stranger = api.create_tenant()
     job_id = client.post(

@@ -1,4 +1,4 @@
-"""AIM and MWEM+PGM as budgeted jobs: charged once, spend within the charge, resume after a crash."""
+"""AIM and MWEM+PGM as budgeted jobs: charged once, spend within it, resume after a crash."""
 
 from __future__ import annotations
 
@@ -58,14 +58,20 @@ def rounds_spent(database: Database, job_id: str) -> Fraction:
 
 @pytest.mark.parametrize("kind", ["aim", "mwem"])
 def test_mechanism_job_spends_within_its_charge_and_makes_a_model(
-    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database,
-    settings: Settings, kind: str,
+    client: TestClient,
+    api: ApiHelper,
+    small: dict[str, Any],
+    database: Database,
+    settings: Settings,
+    kind: str,
 ) -> None:
     tenant = new_tenant(api, small["id"])
     body: dict[str, Any] = {"rho": 0.3}
     if kind == "mwem":
-        body.update(rounds=4, workload=[["sex", "income>50K"], ["race", "sex"],
-                                        ["marital-status", "relationship"]])
+        body.update(
+            rounds=4,
+            workload=[["sex", "income>50K"], ["race", "sex"], ["marital-status", "relationship"]],
+        )
     response = client.post(
         f"/v1/datasets/{small['id']}/mechanisms/{kind}", json=body, headers=tenant["headers"]
     )
@@ -89,7 +95,7 @@ def test_mechanism_job_spends_within_its_charge_and_makes_a_model(
     assert len(mine) == job.progress["rounds"]
     if kind == "aim":  # AIM starts from every one-way marginal
         assert sorted(r["attributes"][0] for r in mine[: len(SIZES)]) == sorted(SIZES)
-        assert all(r["details"]["kind"] == "select+measure" for r in mine[len(SIZES):])
+        assert all(r["details"]["kind"] == "select+measure" for r in mine[len(SIZES) :])
 
 
 def test_mechanism_requests_are_validated_before_charging(
@@ -119,16 +125,23 @@ def test_mechanism_requests_are_validated_before_charging(
 
 
 def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
-    client: TestClient, api: ApiHelper, small: dict[str, Any], database: Database,
-    settings: Settings, monkeypatch: pytest.MonkeyPatch,
+    client: TestClient,
+    api: ApiHelper,
+    small: dict[str, Any],
+    database: Database,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app.privacy import noise
 
     tenant = new_tenant(api, small["id"])
     job_id = client.post(
         f"/v1/datasets/{small['id']}/mechanisms/mwem",
-        json={"rho": 0.2, "rounds": 5, "workload": [["sex", "income>50K"], ["race", "sex"],
-                                                     ["relationship", "sex"]]},
+        json={
+            "rho": 0.2,
+            "rounds": 5,
+            "workload": [["sex", "income>50K"], ["race", "sex"], ["relationship", "sex"]],
+        },
         headers=tenant["headers"],
     ).json()["job_id"]
 
@@ -156,7 +169,9 @@ def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
     assert job_row(database, job_id).status == "queued"  # given back
     with database.read_only() as session:
         before = [
-            r.values for r in session.query(MeasurementRecord).filter_by(job_id=job_id)
+            r.values
+            for r in session.query(MeasurementRecord)
+            .filter_by(job_id=job_id)
             .order_by(MeasurementRecord.position)
         ]
     assert len(before) == 2 and len(draws) == 3  # round 2's draw never reached storage
@@ -169,7 +184,9 @@ def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
     assert len(draws) == 3 + 3  # rounds 2, 3, 4 drawn on resume; rounds 0, 1 never again
     with database.read_only() as session:
         after = [
-            r.values for r in session.query(MeasurementRecord).filter_by(job_id=job_id)
+            r.values
+            for r in session.query(MeasurementRecord)
+            .filter_by(job_id=job_id)
             .order_by(MeasurementRecord.position)
         ]
     assert after[:2] == before

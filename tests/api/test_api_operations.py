@@ -18,8 +18,9 @@ from app.services.rho import rho_units
 def test_healthz_checks_the_database(client, tmp_path) -> None:
     assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
     broken = Database(f"sqlite:///{tmp_path}/no-such-dir/privq.db")
-    settings = Settings(database_url=broken.url, admin_key="k" * 32, workers_in_process=0,
-                        auto_migrate=False)
+    settings = Settings(
+        database_url=broken.url, admin_key="k" * 32, workers_in_process=0, auto_migrate=False
+    )
     with TestClient(create_app(settings, database=broken)) as broken_client:
         response = broken_client.get("/healthz")
     assert response.status_code == 503
@@ -27,7 +28,9 @@ def test_healthz_checks_the_database(client, tmp_path) -> None:
 
 
 def _metric(text: str, prefix: str) -> float:
-    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)]
+    values = [
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+    ]
     return sum(values)
 
 
@@ -40,11 +43,13 @@ def test_metrics_count_requests_by_route_template_and_committed_rho(client, api,
     charged_before = _metric(before, "privq_rho_charged_total")
 
     with database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=tenant["id"], dataset_id=dataset["id"],
-                      rho_units=rho_units(0.25))
+        ledger.charge(
+            session, tenant_id=tenant["id"], dataset_id=dataset["id"], rho_units=rho_units(0.25)
+        )
     with database.session() as session:  # flushed, then rolled back: never happened
-        ledger.charge(session, tenant_id=tenant["id"], dataset_id=dataset["id"],
-                      rho_units=rho_units(0.5))
+        ledger.charge(
+            session, tenant_id=tenant["id"], dataset_id=dataset["id"], rho_units=rho_units(0.5)
+        )
         session.rollback()
     after = client.get("/metrics").text
     assert _metric(after, "privq_rho_charged_total") - charged_before == 0.25
@@ -54,13 +59,19 @@ def test_metrics_count_requests_by_route_template_and_committed_rho(client, api,
 def test_request_log_is_json_fields_without_bodies_or_queries(client, api, caplog) -> None:
     tenant, dataset = api.tenant_with_grant(1.0)
     with caplog.at_level(logging.INFO, logger="privq.request"):
-        client.get(f"/v1/datasets/{dataset['id']}/budget", params={"delta": 1e-5},
-                   headers=tenant["headers"])
+        client.get(
+            f"/v1/datasets/{dataset['id']}/budget",
+            params={"delta": 1e-5},
+            headers=tenant["headers"],
+        )
     records = [r for r in caplog.records if r.name == "privq.request"]
     assert records
     record = records[-1]
     assert (record.method, record.route, record.status) == (
-        "GET", "/v1/datasets/{dataset_id}/budget", 200)
+        "GET",
+        "/v1/datasets/{dataset_id}/budget",
+        200,
+    )
     assert record.ms >= 0
     from app.logs import JsonFormatter
 
@@ -89,7 +100,8 @@ def test_openapi_has_docs_and_an_example_for_every_request_body(client) -> None:
                     # multipart forms: every field except the file carries examples
                     fields = schema.get("properties", {})
                     has_example = bool(fields) and all(
-                        "examples" in field or field.get("format") == "binary"
+                        "examples" in field
+                        or field.get("format") == "binary"
                         or field.get("contentMediaType")
                         or any("examples" in alt for alt in field.get("anyOf", []))
                         or "examples" in field

@@ -37,8 +37,15 @@ def collected() -> Iterator[tuple[Collect, logging.Logger]]:
 
 @pytest.mark.parametrize(
     "created",
-    [0.0, 1.0005, 1768921920.4339998, 1700000000.9995, 1700000000.9999996, 1799999999.0004999,
-     1234567890.123456],
+    [
+        0.0,
+        1.0005,
+        1768921920.4339998,
+        1700000000.9995,
+        1700000000.9999996,
+        1799999999.0004999,
+        1234567890.123456,
+    ],
 )
 def test_timestamps_are_written_as_datetime_writes_them(created: float) -> None:
     expected = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
@@ -52,12 +59,21 @@ def test_a_request_record_carries_its_fields_and_formats_as_before(collected) ->
     observability.log_request("GET", "/v1/datasets/{dataset_id}/count", 200, 0.0012345)
     (record,) = handler.records
     assert (record.method, record.route, record.status, record.ms) == (
-        "GET", "/v1/datasets/{dataset_id}/count", 200, 1.23)
+        "GET",
+        "/v1/datasets/{dataset_id}/count",
+        200,
+        1.23,
+    )
     line = json.loads(JsonFormatter().format(record))
     assert line == {
         "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-        "level": "info", "logger": "privq.request", "msg": "request", "method": "GET",
-        "route": "/v1/datasets/{dataset_id}/count", "status": 200, "ms": 1.23,
+        "level": "info",
+        "logger": "privq.request",
+        "msg": "request",
+        "method": "GET",
+        "route": "/v1/datasets/{dataset_id}/count",
+        "status": 200,
+        "ms": 1.23,
     }
 
 

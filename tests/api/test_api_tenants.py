@@ -45,7 +45,9 @@ def test_unknown_and_missing_fields_are_422_in_the_error_format(client) -> None:
         assert response.status_code == 422
         error = response.json()["error"]
         assert error["code"] == "invalid_request" and error["message"]
-        assert "vermilion-7f3a" not in response.text  # reasons are given, the values sent are not echoed
+        assert (
+            "vermilion-7f3a" not in response.text
+        )  # reasons are given, the values sent are not echoed
 
 
 def test_missing_or_wrong_key_is_401(client) -> None:
@@ -63,11 +65,18 @@ def test_tenant_key_on_admin_routes_is_403(client, api) -> None:
     refusals = [
         client.get("/v1/tenants", headers=headers),
         client.post("/v1/tenants", json={"name": unique_name("mallory")}, headers=headers),
-        client.post(f"/v1/datasets/{dataset['id']}/grants",
-                    json={"tenant_id": tenant["id"], "rho": 1.0}, headers=headers),
+        client.post(
+            f"/v1/datasets/{dataset['id']}/grants",
+            json={"tenant_id": tenant["id"], "rho": 1.0},
+            headers=headers,
+        ),
         client.get(f"/v1/datasets/{dataset['id']}/grants", headers=headers),
-        client.post("/v1/datasets", data={"schema": "{}", "name": "x"},
-                    files={"file": ("a.csv", b"a\n1\n", "text/csv")}, headers=headers),
+        client.post(
+            "/v1/datasets",
+            data={"schema": "{}", "name": "x"},
+            files={"file": ("a.csv", b"a\n1\n", "text/csv")},
+            headers=headers,
+        ),
     ]
     for response in refusals:
         assert response.status_code == 403, response.text

@@ -342,7 +342,9 @@ def test_larger_file_across_many_batches_matches_a_direct_encoding() -> None:
     age = rng.uniform(0, 120, n)
     children = rng.integers(0, 4, n)
     labels = np.array(["F", "M", "X"])
-    body = "".join(f"{s},{a!r},{c}\n" for s, a, c in zip(labels[sex], age.tolist(), children))
+    body = "".join(
+        f"{s},{a!r},{c}\n" for s, a, c in zip(labels[sex], age.tolist(), children, strict=True)
+    )
     table = encode("sex,age,children\n" + body, chunk_rows=333)
     assert table.rows == n
     np.testing.assert_array_equal(table.columns["sex"], sex)

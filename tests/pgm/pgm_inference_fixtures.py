@@ -23,7 +23,7 @@ def random_clique_sets(
     if kind == "cyclic":
         cycle = [(attrs[i], attrs[(i + 1) % n]) for i in range(n)]
         extra = tuple(str(a) for a in rng.choice(attrs, size=min(3, n), replace=False))
-        return cycle + [extra]
+        return [*cycle, extra]
     if kind == "singletons":
         return [(a,) for a in attrs]
     raise ValueError(kind)

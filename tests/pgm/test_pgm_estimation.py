@@ -197,7 +197,7 @@ def test_warm_start_needs_fewer_iterations(
                 "gaussian",
                 5.0,
             )
-            for s in CYCLE + [new_set]
+            for s in [*CYCLE, new_set]
         ]
         # The previous model saw all but the last measurement.
         previous, _ = fit(WARM_DOMAIN, measurements[:-1], solver=solver, tolerance=1e-7)
@@ -273,8 +273,8 @@ def test_potentials_from_marginals_reproduce_consistent_marginals_with_zeros() -
         tables.append(counts / counts.sum())
     thetas = potentials_from_marginals(tree, tables)
     assert all(np.isfinite(t).all() for t in thetas)
-    marginals, _ = calibrate(tree, dict(zip(tree.cliques, thetas)))
-    for clique, table in zip(tree.cliques, tables):
+    marginals, _ = calibrate(tree, dict(zip(tree.cliques, thetas, strict=True)))
+    for clique, table in zip(tree.cliques, tables, strict=True):
         np.testing.assert_allclose(marginals[clique], table, atol=1e-14)
 
 

@@ -57,7 +57,8 @@ def random_query(model: GraphicalModel, rng: np.random.Generator) -> FactoredQue
     chosen = attrs[: int(rng.integers(1, len(attrs) + 1))]
     kinds = [str(k) for k in rng.choice(q.KINDS, size=len(chosen))]
     return FactoredQuery.of(
-        model.domain, *[random_factor(model.domain, a, k, rng) for a, k in zip(chosen, kinds)]
+        model.domain,
+        *[random_factor(model.domain, a, k, rng) for a, k in zip(chosen, kinds, strict=True)],
     )
 
 
@@ -171,7 +172,7 @@ def test_batch_answers_equal_single_answers() -> None:
     batch.append(FactoredQuery.of(domain, q.identity(domain, "c")))
     answers = model.answer_many(batch)
     assert len(answers) == len(batch)
-    for query, got in zip(batch, answers):
+    for query, got in zip(batch, answers, strict=True):
         np.testing.assert_allclose(got, model.answer(query), rtol=1e-10, atol=1e-10)
         np.testing.assert_allclose(got, kron_answer(model, query), rtol=1e-9, atol=1e-9)
 

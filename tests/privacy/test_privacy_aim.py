@@ -72,7 +72,9 @@ def test_schedule_initialisation_and_annealing() -> None:
 def test_accounting_never_exceeds_charge(case: int) -> None:
     rng = np.random.default_rng(100 + case)
     rho = float(np.exp(rng.uniform(np.log(0.005), np.log(5.0))))
-    pairs = [ALL_PAIRS[i] for i in rng.choice(len(ALL_PAIRS), size=rng.integers(1, 7), replace=False)]
+    pairs = [
+        ALL_PAIRS[i] for i in rng.choice(len(ALL_PAIRS), size=rng.integers(1, 7), replace=False)
+    ]
     triples = list(combinations(DOMAIN.attributes, 3))
     workload = [(p, float(rng.uniform(0.5, 3.0))) for p in pairs]
     if rng.random() < 0.5:
@@ -82,7 +84,9 @@ def test_accounting_never_exceeds_charge(case: int) -> None:
     result = run_aim(DOMAIN, synthetic(case), rho, workload, options=options)
 
     costs = [r.rho for r in result.rounds]
-    assert all(c == round_cost(r.sigma, r.epsilon) for c, r in zip(costs, result.rounds))
+    assert all(
+        c == round_cost(r.sigma, r.epsilon) for c, r in zip(costs, result.rounds, strict=True)
+    )
     assert math.fsum(costs) <= rho * (1 + 1e-12)
     assert math.fsum(costs) == pytest.approx(rho, rel=1e-9)  # spends exactly its charge
     assert result.rho_used == pytest.approx(math.fsum(costs), rel=1e-15)
@@ -103,7 +107,9 @@ def test_accounting_never_exceeds_charge(case: int) -> None:
 
 
 @pytest.mark.parametrize("crash_at", [2, 7, -1])
-def test_resume_after_crash_draws_no_noise_twice(monkeypatch: pytest.MonkeyPatch, crash_at: int) -> None:
+def test_resume_after_crash_draws_no_noise_twice(
+    monkeypatch: pytest.MonkeyPatch, crash_at: int
+) -> None:
     draws: list[np.ndarray] = []
     real_noise = noise.discrete_gaussian
 
@@ -121,11 +127,13 @@ def test_resume_after_crash_draws_no_noise_twice(monkeypatch: pytest.MonkeyPatch
         pass
 
     if crash_at == -1:  # crash after the final round was committed
+
         def on_round(r: Round) -> None:
             stored.append(json.loads(json.dumps(r.to_dict())))
             if r.final:
                 raise Crash()
     else:
+
         def on_round(r: Round) -> None:
             stored.append(json.loads(json.dumps(r.to_dict())))  # committed
             if r.index == crash_at:
@@ -138,8 +146,13 @@ def test_resume_after_crash_draws_no_noise_twice(monkeypatch: pytest.MonkeyPatch
 
     resumed_rounds: list[Round] = []
     result = run_aim(
-        DOMAIN, truth, rho, workload, options=options,
-        completed_rounds=list(stored), on_round=resumed_rounds.append,
+        DOMAIN,
+        truth,
+        rho,
+        workload,
+        options=options,
+        completed_rounds=list(stored),
+        on_round=resumed_rounds.append,
     )
     new_draws = len(draws) - first_draws
     assert new_draws == len(result.rounds) - len(stored) == len(resumed_rounds)
@@ -155,15 +168,33 @@ def test_resume_after_crash_draws_no_noise_twice(monkeypatch: pytest.MonkeyPatch
 def test_resume_refuses_foreign_rounds() -> None:
     truth = synthetic(4)
     stored: list[Round] = []
-    run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:3], options=MechanismOptions(rounds=6, **FAST),
-            on_round=stored.append)
+    run_aim(
+        DOMAIN,
+        truth,
+        0.2,
+        ALL_PAIRS[:3],
+        options=MechanismOptions(rounds=6, **FAST),
+        on_round=stored.append,
+    )
     with pytest.raises(RoundsMismatch):  # another budget → another σ₀
-        run_aim(DOMAIN, truth, 0.3, ALL_PAIRS[:3], options=MechanismOptions(rounds=6, **FAST),
-                completed_rounds=stored[:4])
+        run_aim(
+            DOMAIN,
+            truth,
+            0.3,
+            ALL_PAIRS[:3],
+            options=MechanismOptions(rounds=6, **FAST),
+            completed_rounds=stored[:4],
+        )
     tampered = stored[0].to_dict() | {"rho": stored[0].rho / 2}
     with pytest.raises(RoundsMismatch):
-        run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:3], options=MechanismOptions(rounds=6, **FAST),
-                completed_rounds=[tampered])
+        run_aim(
+            DOMAIN,
+            truth,
+            0.2,
+            ALL_PAIRS[:3],
+            options=MechanismOptions(rounds=6, **FAST),
+            completed_rounds=[tampered],
+        )
 
 
 def test_too_few_rounds_refused_before_any_noise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,8 +208,14 @@ def test_too_few_rounds_refused_before_any_noise(monkeypatch: pytest.MonkeyPatch
 
 def test_round_record_round_trips_through_json() -> None:
     stored: list[Round] = []
-    run_aim(DOMAIN, synthetic(5), 0.2, ALL_PAIRS[:3], options=MechanismOptions(rounds=6, **FAST),
-            on_round=stored.append)
+    run_aim(
+        DOMAIN,
+        synthetic(5),
+        0.2,
+        ALL_PAIRS[:3],
+        options=MechanismOptions(rounds=6, **FAST),
+        on_round=stored.append,
+    )
     for r in stored:
         back = Round.from_dict(json.loads(json.dumps(r.to_dict())))
         assert back.to_dict() == r.to_dict()

@@ -18,13 +18,17 @@ from app.privacy.mechanisms.common import covered_by
 
 def test_round_parameters_split_rho_per_round() -> None:
     rho, rounds = 0.8, 4
-    result = run_mwem(DOMAIN, synthetic(0), rho, ALL_PAIRS, options=MechanismOptions(rounds=rounds, **FAST))
+    result = run_mwem(
+        DOMAIN, synthetic(0), rho, ALL_PAIRS, options=MechanismOptions(rounds=rounds, **FAST)
+    )
     assert len(result.rounds) == rounds
     for r in result.rounds:
         assert r.kind == "select+measure" and r.attributes in ALL_PAIRS
         assert rho_gaussian(r.sigma) == pytest.approx(0.9 * rho / rounds, rel=1e-9)
         assert rho_exponential(r.epsilon) == pytest.approx(0.1 * rho / rounds, rel=1e-9)
-        assert r.selection is not None and r.selection.sensitivity == 1.0 and r.selection.bias == 0.0
+        assert (
+            r.selection is not None and r.selection.sensitivity == 1.0 and r.selection.bias == 0.0
+        )
     assert result.rounds[-1].final
 
 
@@ -92,8 +96,13 @@ def test_size_schedule_limits_early_rounds() -> None:
     # add (c, d) (6+20+3 = 29 ≤ 40).
     workload = [("c", "d"), ("a", "b")]
     for seed in range(5):
-        result = run_mwem(DOMAIN, synthetic(seed), 0.5, workload,
-                          options=MechanismOptions(rounds=2, max_model_cells=40, **FAST))
+        result = run_mwem(
+            DOMAIN,
+            synthetic(seed),
+            0.5,
+            workload,
+            options=MechanismOptions(rounds=2, max_model_cells=40, **FAST),
+        )
         assert result.rounds[0].attributes == ("a", "b")
         assert model_cells(DOMAIN, [r.attributes for r in result.rounds]) <= 40
 
@@ -104,13 +113,21 @@ def test_workload_that_cannot_fit_is_refused_before_noise(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(noise, "discrete_gaussian", no_noise)
     with pytest.raises(ValueError):
-        run_mwem(DOMAIN, synthetic(0), 0.5, [("c", "d")], options=MechanismOptions(max_model_cells=25))
+        run_mwem(
+            DOMAIN, synthetic(0), 0.5, [("c", "d")], options=MechanismOptions(max_model_cells=25)
+        )
 
 
 def test_progress_is_reported() -> None:
     seen = []
-    run_mwem(DOMAIN, synthetic(8), 0.3, ALL_PAIRS[:4], options=MechanismOptions(rounds=3, **FAST),
-             on_progress=seen.append)
+    run_mwem(
+        DOMAIN,
+        synthetic(8),
+        0.3,
+        ALL_PAIRS[:4],
+        options=MechanismOptions(rounds=3, **FAST),
+        on_progress=seen.append,
+    )
     measured = [p for p in seen if p.stage == "measured"]
     assert [p.round_index for p in measured] == [0, 1, 2]
     assert measured[-1].rho_used == pytest.approx(0.3, rel=1e-9)

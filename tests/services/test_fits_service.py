@@ -1,4 +1,4 @@
-"""The per-dataset fit lock: one holder at a time, leases expire, a holder that lost it saves nothing."""
+"""The per-dataset fit lock: one holder at a time, leases expire, a lost holder saves nothing."""
 
 from __future__ import annotations
 
@@ -43,8 +43,11 @@ def test_a_fit_whose_lock_was_taken_over_saves_no_version(
 ) -> None:
     tenant, dataset = api.tenant_with_grant(1)
     dataset_id = dataset["id"]
-    client.post(f"/v1/datasets/{dataset_id}/measurements", headers=tenant["headers"],
-                json={"marginals": [["sex"], ["age"]], "rho": 0.5})
+    client.post(
+        f"/v1/datasets/{dataset_id}/measurements",
+        headers=tenant["headers"],
+        json={"marginals": [["sex"], ["age"]], "rho": 0.5},
+    )
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
     domain = Worker(database, settings).domain_of(dataset_id)
 
@@ -52,10 +55,22 @@ def test_a_fit_whose_lock_was_taken_over_saves_no_version(
     expire(database, dataset_id)
     assert fits.acquire(database, dataset_id, owner="fast", lease_seconds=60)
     with pytest.raises(fits.FitLockLost):
-        fits.fit_now(database, dataset_id, domain, owner="slow", options=fits.FitOptions(),
-                     progress=lambda update: None)
+        fits.fit_now(
+            database,
+            dataset_id,
+            domain,
+            owner="slow",
+            options=fits.FitOptions(),
+            progress=lambda update: None,
+        )
     with database.read_only() as session:
         assert session.query(ModelVersion).filter_by(dataset_id=dataset_id).count() == 1
-    version = fits.fit_now(database, dataset_id, domain, owner="fast",
-                           options=fits.FitOptions(), progress=lambda update: None)
+    version = fits.fit_now(
+        database,
+        dataset_id,
+        domain,
+        owner="fast",
+        options=fits.FitOptions(),
+        progress=lambda update: None,
+    )
     assert version == 2

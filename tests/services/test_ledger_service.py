@@ -67,11 +67,19 @@ def test_sixty_concurrent_charges_of_a_twentieth_exactly_twenty_succeed(database
 def test_insufficient_budget_writes_nothing_and_reports_remaining(database, seed) -> None:
     grant = seed.grant(rho_limit_units=rho_units(0.3))
     with database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                      rho_units=rho_units(0.25))
+        ledger.charge(
+            session,
+            tenant_id=grant.tenant_id,
+            dataset_id=grant.dataset_id,
+            rho_units=rho_units(0.25),
+        )
     with pytest.raises(InsufficientBudget) as refused, database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                      rho_units=rho_units(0.1))
+        ledger.charge(
+            session,
+            tenant_id=grant.tenant_id,
+            dataset_id=grant.dataset_id,
+            rho_units=rho_units(0.1),
+        )
     assert refused.value.status == 409
     assert refused.value.code == "insufficient_budget"
     assert refused.value.details["rho_remaining"] == pytest.approx(0.05, abs=1e-15)
@@ -80,9 +88,14 @@ def test_insufficient_budget_writes_nothing_and_reports_remaining(database, seed
 
 def test_idempotent_retry_returns_first_charge_and_charges_nothing_more(database, seed) -> None:
     grant = seed.grant(rho_limit_units=ONE)
-    kwargs = {"tenant_id": grant.tenant_id, "dataset_id": grant.dataset_id,
-              "rho_units": rho_units(0.4), "idempotency_key": "retry-1", "request_hash": "h1",
-              "job_id": "job-1"}
+    kwargs = {
+        "tenant_id": grant.tenant_id,
+        "dataset_id": grant.dataset_id,
+        "rho_units": rho_units(0.4),
+        "idempotency_key": "retry-1",
+        "request_hash": "h1",
+        "job_id": "job-1",
+    }
     with database.unit_of_work() as session:
         first = ledger.charge(session, **kwargs)
     with database.unit_of_work() as session:
@@ -107,9 +120,14 @@ def test_concurrent_retries_with_one_key_charge_once(database, seed) -> None:
     def attempt(_index: int) -> int:
         start_together.wait()
         with database.unit_of_work() as session:
-            result = ledger.charge(session, tenant_id=grant.tenant_id,
-                                   dataset_id=grant.dataset_id, rho_units=rho_units(0.1),
-                                   idempotency_key="same-key", request_hash="same")
+            result = ledger.charge(
+                session,
+                tenant_id=grant.tenant_id,
+                dataset_id=grant.dataset_id,
+                rho_units=rho_units(0.1),
+                idempotency_key="same-key",
+                request_hash="same",
+            )
         return result.entry_id
 
     with ThreadPoolExecutor(max_workers=attempts) as pool:
@@ -121,8 +139,12 @@ def test_concurrent_retries_with_one_key_charge_once(database, seed) -> None:
 def test_charge_is_not_committed_by_the_ledger(database, seed) -> None:
     grant = seed.grant(rho_limit_units=ONE)
     with database.session() as session:
-        ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                      rho_units=rho_units(0.5))
+        ledger.charge(
+            session,
+            tenant_id=grant.tenant_id,
+            dataset_id=grant.dataset_id,
+            rho_units=rho_units(0.5),
+        )
         session.rollback()  # the caller's unit of work failed: the charge goes with it
     assert _entries_of(database, grant.id) == []
 
@@ -130,8 +152,13 @@ def test_charge_is_not_committed_by_the_ledger(database, seed) -> None:
 def test_refund_appends_a_negative_entry_once(database, seed) -> None:
     grant = seed.grant(rho_limit_units=ONE)
     with database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                      rho_units=rho_units(0.3), job_id="job-refund")
+        ledger.charge(
+            session,
+            tenant_id=grant.tenant_id,
+            dataset_id=grant.dataset_id,
+            rho_units=rho_units(0.3),
+            job_id="job-refund",
+        )
     with database.unit_of_work() as session:
         assert ledger.refund(session, job_id="job-refund") == rho_units(0.3)
     with database.unit_of_work() as session:
@@ -141,16 +168,19 @@ def test_refund_appends_a_negative_entry_once(database, seed) -> None:
     assert sorted(entry.rho_units for entry in entries) == [-rho_units(0.3), rho_units(0.3)]
     assert {entry.kind for entry in entries} == {"charge", "refund"}
     with database.read_only() as session:
-        assert ledger.budget(session, tenant_id=grant.tenant_id,
-                             dataset_id=grant.dataset_id).remaining_units == ONE
+        assert (
+            ledger.budget(
+                session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id
+            ).remaining_units
+            == ONE
+        )
 
 
 def test_charge_without_a_grant_is_not_found(database, seed) -> None:
     grant = seed.grant(rho_limit_units=ONE)
     other_tenant = seed.tenant()
     with pytest.raises(NotFound), database.unit_of_work() as session:
-        ledger.charge(session, tenant_id=other_tenant.id, dataset_id=grant.dataset_id,
-                      rho_units=1)
+        ledger.charge(session, tenant_id=other_tenant.id, dataset_id=grant.dataset_id, rho_units=1)
 
 
 def test_read_only_session_never_keeps_a_charge(database, seed) -> None:
@@ -158,10 +188,12 @@ def test_read_only_session_never_keeps_a_charge(database, seed) -> None:
     if database.is_sqlite:
         # A deferred SQLite transaction would not hold the write lock while checking.
         with pytest.raises(RuntimeError), database.read_only() as session:
-            ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                          rho_units=1)
+            ledger.charge(
+                session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id, rho_units=1
+            )
     else:
         with database.read_only() as session:
-            ledger.charge(session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id,
-                          rho_units=1)
+            ledger.charge(
+                session, tenant_id=grant.tenant_id, dataset_id=grant.dataset_id, rho_units=1
+            )
     assert _entries_of(database, grant.id) == []

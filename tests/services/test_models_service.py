@@ -17,10 +17,12 @@ from app.pgm.estimation import Measurement, fit
 from app.services import models as model_service
 from app.services.models import LoadedModel, ModelCache, NoModel
 
-SCHEMA = {"attributes": [
-    {"name": "a", "type": "categorical", "values": ["x", "y"]},
-    {"name": "b", "type": "integer", "size": 3, "clip": False},
-]}
+SCHEMA = {
+    "attributes": [
+        {"name": "a", "type": "categorical", "values": ["x", "y"]},
+        {"name": "b", "type": "integer", "size": 3, "clip": False},
+    ]
+}
 DOMAIN = Domain(("a", "b"), (2, 3))
 
 
@@ -38,8 +40,13 @@ def _measure(database, dataset_id: str, attrs, values, noise="gaussian", scale=1
         session.add(job)
         session.flush()
         record = MeasurementRecord(
-            dataset_id=dataset_id, job_id=job.id, position=0, attributes=list(attrs),
-            noise=noise, scale=scale, rho_units=1,
+            dataset_id=dataset_id,
+            job_id=job.id,
+            position=0,
+            attributes=list(attrs),
+            noise=noise,
+            scale=scale,
+            rho_units=1,
             values=pack_column(np.asarray(values, dtype=np.int64)),
         )
         session.add(record)
@@ -51,8 +58,12 @@ def _fit_and_save(database, dataset_id, measurements, high_water):
     model, record = fit(DOMAIN, measurements, max_iterations=200)
     with database.unit_of_work() as session:
         row = model_service.save_version(
-            session, dataset_id=dataset_id, model=model, record=record,
-            high_water=high_water, measurement_count=len(measurements),
+            session,
+            dataset_id=dataset_id,
+            model=model,
+            record=record,
+            high_water=high_water,
+            measurement_count=len(measurements),
         )
         return row.version, model, record
 
@@ -72,21 +83,23 @@ def test_versions_count_up_per_dataset_and_round_trip(database, dataset_id) -> N
 
     first_id = _measure(database, dataset_id, ("a", "b"), [10, 12, 8, 9, 11, 10])
     m1 = Measurement(("a", "b"), [10, 12, 8, 9, 11, 10], "gaussian", 1.0)
-    version, model, record = _fit_and_save(database, dataset_id, [m1], first_id)
+    version, model, _record = _fit_and_save(database, dataset_id, [m1], first_id)
     assert version == 1
     other = _dataset(database)  # another dataset's versions start at 1 too
     other_version, _, _ = _fit_and_save(database, other, [m1], first_id)
     assert other_version == 1
     second_id = _measure(database, dataset_id, ("b",), [20, 21, 19], "laplace", 2.0)
     m2 = Measurement(("b",), [20, 21, 19], "laplace", 2.0)
-    version2, model2, record2 = _fit_and_save(database, dataset_id, [m1, m2], second_id)
+    version2, _model2, record2 = _fit_and_save(database, dataset_id, [m1, m2], second_id)
     assert version2 == 2
 
     with database.read_only() as session:
         row = model_service.latest_version_row(session, dataset_id)
         assert row is not None and row.version == 2 and row.high_water == second_id
         assert row.measurement_count == 2 and row.solver == record2.solver
-        assert row.iterations == record2.iterations and row.loss == pytest.approx(record2.final_loss)
+        assert row.iterations == record2.iterations and row.loss == pytest.approx(
+            record2.final_loss
+        )
         assert "data" in sa_inspect(row).unloaded  # the model bytes were not read
         with pytest.raises(InvalidRequestError):
             _ = row.data
@@ -111,7 +124,9 @@ def test_covered_measurements_stop_at_the_high_water_mark(database, dataset_id) 
     assert current.schema.names == ("a", "b") and current.version == 1
 
 
-def test_a_duplicate_version_is_refused_by_the_primary_key(database, dataset_id, monkeypatch) -> None:
+def test_a_duplicate_version_is_refused_by_the_primary_key(
+    database, dataset_id, monkeypatch
+) -> None:
     high = _measure(database, dataset_id, ("a",), [30, 30])
     measurement = Measurement(("a",), [30, 30], "gaussian", 1.0)
     _fit_and_save(database, dataset_id, [measurement], high)
@@ -141,8 +156,17 @@ def test_current_model_is_cached_per_version(database, dataset_id) -> None:
 
 def _entry(dataset_id: str, version: int) -> LoadedModel:
     return LoadedModel(  # type: ignore[arg-type]
-        dataset_id=dataset_id, version=version, model=None, schema=None, fitted_at=None,
-        solver="admm", iterations=1, loss=0.0, seconds=0.0, cliques=(), high_water=0,
+        dataset_id=dataset_id,
+        version=version,
+        model=None,
+        schema=None,
+        fitted_at=None,
+        solver="admm",
+        iterations=1,
+        loss=0.0,
+        seconds=0.0,
+        cliques=(),
+        high_water=0,
         measurements=(),
     )
 

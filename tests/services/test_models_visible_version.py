@@ -20,21 +20,24 @@ SCHEMA = {"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y
 
 def _save_version(database, dataset_id: str, counts: list[int]) -> int:
     model, record = fit(
-        Domain(("a",), (2,)), [Measurement(("a",), np.asarray(counts), "gaussian", 1.0)],
+        Domain(("a",), (2,)),
+        [Measurement(("a",), np.asarray(counts), "gaussian", 1.0)],
         max_iterations=50,
     )
     with database.unit_of_work() as session:
         return model_service.save_version(
-            session, dataset_id=dataset_id, model=model, record=record, high_water=0,
+            session,
+            dataset_id=dataset_id,
+            model=model,
+            record=record,
+            high_water=0,
             measurement_count=1,
         ).version
 
 
 def _both(database, dataset_id: str, tenant_id: str | None) -> int | None:
     """The fast check's answer, asserted equal to the session-based one."""
-    fast = model_service.visible_latest_version_on(
-        database.engine, dataset_id, tenant_id=tenant_id
-    )
+    fast = model_service.visible_latest_version_on(database.engine, dataset_id, tenant_id=tenant_id)
     with database.read_only() as session:
         slow = model_service.visible_latest_version(session, dataset_id, tenant_id=tenant_id)
     assert fast == slow

@@ -32,8 +32,14 @@ def test_twenty_charges_of_a_twentieth_exhaust_one_exactly() -> None:
 
 @pytest.mark.parametrize(
     ("value", "units"),
-    [(0.05, 50_000_000_000), ("0.1", 100_000_000_000), (1, UNITS_PER_RHO),
-     (Decimal("1e-12"), 1), (2.5, 2_500_000_000_000), ("0.000000000001", 1)],
+    [
+        (0.05, 50_000_000_000),
+        ("0.1", 100_000_000_000),
+        (1, UNITS_PER_RHO),
+        (Decimal("1e-12"), 1),
+        (2.5, 2_500_000_000_000),
+        ("0.000000000001", 1),
+    ],
 )
 def test_client_rho_converts_exactly(value: object, units: int) -> None:
     assert rho_units(value) == units  # type: ignore[arg-type]

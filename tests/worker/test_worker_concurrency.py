@@ -1,4 +1,4 @@
-"""Several workers on one queue: every job runs once, one fit per dataset at a time, fits coalesce."""
+"""Several workers on one queue: each job runs once, one fit per dataset at a time, coalesced."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ WORKERS = 3
 
 
 def test_many_workers_run_each_job_once_and_never_fit_a_dataset_twice_at_once(
-    client: TestClient, api: ApiHelper, database: Database, settings: Settings,
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tenant = api.create_tenant()

@@ -56,15 +56,19 @@ def start_slow_worker(database_url: str, *, lease_seconds: int) -> subprocess.Po
         "PRIVQ_ADMIN_KEY": "unused-admin-key-for-the-worker-process",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "worker"], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "app.cli", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
 def wait_until_fitting(database: Database, job_id: str) -> None:
     wait_for(
         lambda: (job_row(database, job_id).progress or {}).get("iteration", 0) > 0,
-        timeout=60, what="the worker to be fitting",
+        timeout=60,
+        what="the worker to be fitting",
     )
 
 
@@ -108,7 +112,10 @@ def test_worker_killed_during_the_fit_is_recovered_without_new_noise(
 
 
 def test_released_noise_is_discrete_gaussian_with_the_stated_sigma(
-    client: TestClient, api: ApiHelper, database: Database, settings: Settings,
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    settings: Settings,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from app.privacy import noise as opendp_noise
@@ -154,7 +161,10 @@ def test_released_noise_is_discrete_gaussian_with_the_stated_sigma(
 
 @pytest.mark.parametrize("signal_to_send", [signal.SIGTERM])
 def test_worker_stopped_gracefully_gives_its_job_back(
-    client: TestClient, api: ApiHelper, database: Database, database_url: str,
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    database_url: str,
     signal_to_send: int,
 ) -> None:
     tenant = api.create_tenant()

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
@@ -42,7 +42,12 @@ NOT_FOUND = {
         "description": "No such dataset (or no grant on it); or `no_model` before the first fit.",
     }
 }
-INVALID = {422: {"model": ErrorOut, "description": "The request names something the schema does not have, or is too large."}}
+INVALID = {
+    422: {
+        "model": ErrorOut,
+        "description": "The request names something the schema does not have, or is too large.",
+    }
+}
 
 
 # Work answered on the event loop: at most this many cells in its largest intermediate
@@ -120,7 +125,7 @@ class FactoredQueryIn(RequestBody):
 
     where: dict[str, list[Label] | RangeIn] = Field(
         default_factory=dict,
-        description="Evidence: a set of values, or {\"ge\", \"lt\"} on original values.",
+        description='Evidence: a set of values, or {"ge", "lt"} on original values.',
     )
     by: dict[str, Literal["value", "cdf"] | GroupsIn] = Field(
         default_factory=dict,
@@ -150,9 +155,9 @@ class FactoredQueryIn(RequestBody):
 
 
 class QueriesIn(RequestBody):
-    model_config = {
-        "extra": "forbid",
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
             "examples": [
                 {
                     "queries": [
@@ -162,10 +167,8 @@ class QueriesIn(RequestBody):
                 }
             ]
         },
-    }
-    queries: list[FactoredQueryIn] = Field(
-        min_length=1, max_length=answers.MAX_QUERIES_PER_REQUEST
     )
+    queries: list[FactoredQueryIn] = Field(min_length=1, max_length=answers.MAX_QUERIES_PER_REQUEST)
 
 
 # ---- response documentation ---------------------------------------------------------
@@ -228,9 +231,7 @@ class AnswersOut(BaseModel):
 # ---- endpoints ----------------------------------------------------------------------
 
 
-@router.get(
-    "/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND}
-)
+@router.get("/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND})
 def read_model(dataset_id: str, database: DatabaseDep, principal: PrincipalDep) -> JSONResponse:
     """The latest model version: cliques, fit figures and the measurements it covers."""
     loaded = _loaded_model(database, principal, dataset_id)
@@ -334,9 +335,7 @@ def read_synthetic(
         answers.synthetic_csv(loaded, count, seed),
         media_type="text/csv; charset=utf-8",
         headers={
-            "Content-Disposition": (
-                f'attachment; filename="synthetic-v{loaded.version}.csv"'
-            ),
+            "Content-Disposition": (f'attachment; filename="synthetic-v{loaded.version}.csv"'),
             "X-Model-Version": str(loaded.version),
             "X-Rows": str(count),
         },

@@ -92,9 +92,16 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, job: Job) -> JobOut:
         return cls(
-            id=job.id, dataset_id=job.dataset_id, kind=job.kind, status=job.status,
-            progress=job.progress, error=job.error, model_version=job.model_version,
-            attempts=job.attempts, created_at=job.created_at, started_at=job.started_at,
+            id=job.id,
+            dataset_id=job.dataset_id,
+            kind=job.kind,
+            status=job.status,
+            progress=job.progress,
+            error=job.error,
+            model_version=job.model_version,
+            attempts=job.attempts,
+            created_at=job.created_at,
+            started_at=job.started_at,
             finished_at=job.finished_at,
         )
 
@@ -114,8 +121,11 @@ class MeasurementOut(BaseModel):
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", max_length=200,
-           description="Retry safely: the same key and body return the first job, charged once."),
+    Header(
+        alias="Idempotency-Key",
+        max_length=200,
+        description="Retry safely: the same key and body return the first job, charged once.",
+    ),
 ]
 
 
@@ -144,11 +154,13 @@ def create_measurement(
     wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
     if wrong_scale is not None:
         right, wrong = ("sigma", "scale") if body.noise == "gaussian" else ("scale", "sigma")
-        raise InvalidRequest(
-            f"{body.noise} noise takes {right!r}, not {wrong!r}"
-        )
+        raise InvalidRequest(f"{body.noise} noise takes {right!r}, not {wrong!r}")
     plan = measurement_service.plan(
-        domain, body.marginals, noise_kind=body.noise, rho=body.rho, scale=given_scale,
+        domain,
+        body.marginals,
+        noise_kind=body.noise,
+        rho=body.rho,
+        scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
     )
     job, charge = measurement_service.submit(

@@ -49,9 +49,15 @@ class MwemRequest(AimRequest):
     rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
 
 
-def _submit(kind: str, dataset_id: str, body: AimRequest, session: SessionDep,
-            settings: SettingsDep, tenant: CurrentTenant, idempotency_key: str | None
-            ) -> JobAccepted:
+def _submit(
+    kind: str,
+    dataset_id: str,
+    body: AimRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: str | None,
+) -> JobAccepted:
     job, charge = mechanism_service.submit(
         session,
         kind=kind,
@@ -68,17 +74,31 @@ def _submit(kind: str, dataset_id: str, body: AimRequest, session: SessionDep,
     return JobAccepted.of(job, charge)
 
 
-@router.post("/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
-             responses=RESPONSES)
-def run_aim(dataset_id: str, body: AimRequest, session: SessionDep, settings: SettingsDep,
-            tenant: CurrentTenant, idempotency_key: IdempotencyKey = None) -> JobAccepted:
+@router.post(
+    "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
+)
+def run_aim(
+    dataset_id: str,
+    body: AimRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: IdempotencyKey = None,
+) -> JobAccepted:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
     return _submit("aim", dataset_id, body, session, settings, tenant, idempotency_key)
 
 
-@router.post("/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted,
-             responses=RESPONSES)
-def run_mwem(dataset_id: str, body: MwemRequest, session: SessionDep, settings: SettingsDep,
-             tenant: CurrentTenant, idempotency_key: IdempotencyKey = None) -> JobAccepted:
+@router.post(
+    "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
+)
+def run_mwem(
+    dataset_id: str,
+    body: MwemRequest,
+    session: SessionDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: IdempotencyKey = None,
+) -> JobAccepted:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
     return _submit("mwem", dataset_id, body, session, settings, tenant, idempotency_key)

@@ -98,7 +98,9 @@ def run_aim(
     rounds_t = aim_schedule(domain, rho, options)[0]
     if rounds_t <= len(oneway):
         # the one-way initialisation alone would cost α·d'/T·ρ ≥ αρ, leaving no rounds
-        raise ValueError(f"AIM needs more rounds (T = {rounds_t}) than one-way marginals ({len(oneway)})")
+        raise ValueError(
+            f"AIM needs more rounds (T = {rounds_t}) than one-way marginals ({len(oneway)})"
+        )
     run = MechanismRun(
         NAME,
         domain,

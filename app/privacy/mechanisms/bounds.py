@@ -170,7 +170,9 @@ def theorem4_round_bound(
         + (SQRT_2_OVER_PI - s.bias) * sigma * n_chosen
         + lam_noise * sigma * math.sqrt(n_chosen)
     )
-    selection_slack = 2.0 * s.sensitivity / round_.epsilon * (math.log(s.candidates) + lam_selection)
+    selection_slack = (
+        2.0 * s.sensitivity / round_.epsilon * (math.log(s.candidates) + lam_selection)
+    )
     return s.bias * sigma * domain.cells(attrs) + (chosen_quality + selection_slack) / weight
 
 

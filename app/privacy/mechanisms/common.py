@@ -526,7 +526,7 @@ class MechanismRun:
         epsilon: float,
         bias: float,
     ) -> tuple[Attrs, np.ndarray, dict[str, Any]]:
-        """Exponential mechanism over the candidates with quality w_r(‖M_r(D) − M_r(p̂)‖₁ − b·σ·n_r)."""
+        """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − b·σ·n_r)."""
         from app.privacy import selection
 
         if not candidates:
@@ -534,12 +534,12 @@ class MechanismRun:
         index = len(self.rounds)
         estimates = [self.estimate(r) for r in candidates]
         scores = np.empty(len(candidates))
-        for k, (r, est) in enumerate(zip(candidates, estimates)):
+        for k, (r, est) in enumerate(zip(candidates, estimates, strict=True)):
             error = float(np.abs(self.truth(r) - est).sum())
             scores[k] = weights[r] * (error - bias * sigma * self.domain.cells(r))
         sensitivity = max(weights[r] for r in candidates)
         chosen = selection.exponential_mechanism(scores, epsilon, sensitivity)
-        for r, est in zip(candidates, estimates):
+        for r, est in zip(candidates, estimates, strict=True):
             if r in self.workload:
                 self.estimates_at_selection[r] = (index, est)
         info = {
