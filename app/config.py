@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     )
     env: Literal["development", "production", "test"] = "development"
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest CSV upload.")
+    max_json_body_bytes: int = Field(
+        default=4 * 1024**2, gt=0, description="Largest JSON request body (413 beyond)."
+    )
     max_marginal_cells: int = Field(
         default=1_000_000, gt=0, description="Largest marginal a measurement may ask for."
     )

@@ -224,7 +224,12 @@ def is_sqlite_url(url: str) -> bool:
 def make_engine(
     url: str, *, sqlite_busy_timeout_seconds: float = 30.0, **engine_kwargs: Any
 ) -> Engine:
-    """An engine configured for privq: SQLite in WAL mode with IMMEDIATE transactions."""
+    """An engine configured for privq: SQLite in WAL mode with IMMEDIATE transactions.
+
+    Statement parameters are hidden from logs and exception messages: they can hold
+    private values (a dataset's row count, measured counts).
+    """
+    engine_kwargs.setdefault("hide_parameters", True)
     if not is_sqlite_url(url):
         engine_kwargs.setdefault("pool_pre_ping", True)
         return create_engine(url, **engine_kwargs)

@@ -15,10 +15,13 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
+from app import limits
 from app.api import routers as routers_package
 from app.api.deps import TenantKeyCache, make_loop_read_engine
 from app.api.errors import install_error_handlers
-from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
+from app.api.guards import RequestGuardMiddleware
+from app.api.observability import ObservabilityMiddleware
+from app.api.responses import SafeJSONResponse
 from app.config import Settings, get_settings
 from app.db import Database
 from app.logs import configure_logging
@@ -85,6 +88,7 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         version="0.1.0",
         summary="Privacy-budgeted answers over sensitive tabular data (zCDP + Private-PGM).",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     app.state.database = database
@@ -93,8 +97,10 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
     app.state.loop_read_engine = loop_read_engine
     install_error_handlers(app)
     app.add_middleware(
-        UploadSizeLimitMiddleware,
-        max_body_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
+        RequestGuardMiddleware,
+        max_json_bytes=settings.max_json_body_bytes,
+        max_upload_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
+        max_json_depth=limits.MAX_JSON_DEPTH,
     )
     app.add_middleware(ObservabilityMiddleware)  # outermost: sees every response
     for router in discover_routers():

@@ -29,15 +29,16 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db import Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, LedgerInvariantViolated, PrivacyInvariantViolated
 from app.ingest import pack_column, unpack_column
+from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
 from app.pgm.domain import Domain
 from app.pgm.estimation import Measurement
 from app.pgm.junction_tree import model_cells
 from app.privacy import noise
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
-from app.services.rho import UNITS_PER_RHO, rho_units, rho_units_ceil, units_to_rho
+from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
 MAX_MARGINALS_PER_REQUEST = 1000
@@ -164,32 +165,61 @@ def plan(
     marginals: Sequence[Sequence[str]],
     *,
     noise_kind: str,
-    rho: float | str | None,
+    rho_units_total: int | None,
     scale: float | None,
     max_marginal_cells: int,
 ) -> MeasurementPlan:
-    """Validate a request and price it exactly (no database)."""
+    """Validate a request and price it exactly (no database).
+
+    Exactly one of `rho_units_total` (the charge, already in ledger units) and `scale`
+    (σ or b, within `app.limits`' noise range; charged its exact cost rounded up).
+    """
     if noise_kind not in NOISE_KINDS:
         raise InvalidRequest(f"noise must be one of {list(NOISE_KINDS)}, not {noise_kind!r}")
     checked = check_attribute_sets(domain, marginals, max_cells=max_marginal_cells)
     k = len(checked)
     scale_name = "sigma" if noise_kind == "gaussian" else "scale"
-    if (rho is None) == (scale is None):
+    if (rho_units_total is None) == (scale is None):
         raise InvalidRequest(f"give exactly one of rho or {scale_name}")
-    if rho is not None:
-        units = rho_units(rho)
+    if rho_units_total is not None:
+        if not 0 < rho_units_total <= MAX_RHO_UNITS:
+            raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
+        units = rho_units_total
         chosen = scale_for_share(Fraction(units, UNITS_PER_RHO), k)
     else:
-        assert scale is not None
-        if not (math.isfinite(scale) and scale > 0):
-            raise InvalidRequest(f"{scale_name} must be a positive number")
+        if not (
+            isinstance(scale, (int, float))
+            and math.isfinite(scale)
+            and MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE
+        ):
+            raise InvalidRequest(
+                f"{scale_name} must be a number with {format_limit(MIN_NOISE_SCALE)} ≤ "
+                f"{scale_name} ≤ {format_limit(MAX_NOISE_SCALE)}",
+                field=scale_name,
+            )
         chosen = float(scale)
         units = rho_units_ceil(_exact_cost(chosen, k), field=scale_name)
+        if units > MAX_RHO_UNITS:
+            raise InvalidRequest(
+                f"{k} marginal(s) at {scale_name}={chosen} would cost more than "
+                f"rho={format_limit(MAX_RHO)}",
+                field=scale_name,
+            )
+    # The noise must be storable and fittable exactly (see app.limits); a ρ share this
+    # small cannot happen within the ρ and marginal limits, but a changed limit could.
+    if chosen > MAX_NOISE_SCALE:
+        raise InvalidRequest(
+            f"this ρ spread over {k} marginal(s) needs noise above "
+            f"{scale_name}={format_limit(MAX_NOISE_SCALE)}; give more ρ or fewer marginals"
+        )
     # OpenDP's own privacy map must agree that this is within what we charge.
     per_marginal = noise.privacy_map(noise_kind, chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
     if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
-        raise RuntimeError("OpenDP's privacy map exceeds the charge; refusing to measure")
+        raise PrivacyInvariantViolated(
+            "OpenDP's privacy map exceeds the charge; refusing to measure",
+            opendp_rho=k * opendp_rho,
+        )
     return MeasurementPlan(checked, noise_kind, chosen, units)
 
 
@@ -229,7 +259,8 @@ def submit(
         description=description,
     )
     if charge.replayed:
-        assert charge.job_id is not None
+        if charge.job_id is None:  # every charge this path writes names its job
+            raise LedgerInvariantViolated("an idempotent replay found a charge without a job")
         return jobs.get(session, charge.job_id), charge
     # Raising here rolls the charge back with the rest of the transaction.
     check_model_size(session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells)

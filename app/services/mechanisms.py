@@ -30,15 +30,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import Job, MeasurementRecord
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, PrivacyInvariantViolated
 from app.ingest import unpack_column
+from app.limits import MAX_RHO, format_limit
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
 from app.services import datasets as dataset_service
 from app.services import fits, ledger
 from app.services import measurements as measurement_service
-from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
+from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
 
 if TYPE_CHECKING:
     from app.worker import Worker
@@ -73,7 +74,7 @@ def plan(
     kind: str,
     domain: Domain,
     *,
-    rho: float | str,
+    rho_units_total: int,
     workload: Sequence[Sequence[str]] | None,
     max_model_cells: int | None,
     rounds: int | None,
@@ -84,7 +85,9 @@ def plan(
     """Validate a mechanism request (no database writes); the job's params and its exact ρ."""
     if kind not in MECHANISMS:
         raise InvalidRequest(f"unknown mechanism {kind!r}")
-    units = rho_units(rho)
+    if not 0 < rho_units_total <= MAX_RHO_UNITS:
+        raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
+    units = rho_units_total
     checked = check_workload(domain, workload, max_marginal_cells=settings_max_marginal_cells)
     cap = settings_max_model_cells if max_model_cells is None else max_model_cells
     if not 1 <= cap <= settings_max_model_cells:
@@ -129,7 +132,7 @@ def submit(
     tenant_id: str,
     dataset_id: str,
     settings: Any,
-    rho: float | str,
+    rho_units_total: int,
     workload: Sequence[Sequence[str]] | None,
     max_model_cells: int | None,
     rounds: int | None,
@@ -141,7 +144,7 @@ def submit(
     params, units = plan(
         kind,
         domain,
-        rho=rho,
+        rho_units_total=rho_units_total,
         workload=workload,
         max_model_cells=max_model_cells,
         rounds=rounds,
@@ -180,10 +183,14 @@ def exact_round_cost(round_: Round) -> Fraction:
 
 
 def check_spent(rounds: Sequence[Round], charged_units: int) -> Fraction:
-    """Exact total ρ of the rounds; AssertionError if it exceeds the exact charge."""
+    """Exact total ρ of the rounds; PrivacyInvariantViolated if it exceeds the exact charge."""
     spent = sum((exact_round_cost(r) for r in rounds), Fraction(0))
     charged = Fraction(charged_units, UNITS_PER_RHO)
-    assert spent <= charged, f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged"
+    if spent > charged:
+        raise PrivacyInvariantViolated(
+            f"the mechanism's rounds cost ρ={float(spent)!r}, more than the {float(charged)!r} "
+            "charged for them"
+        )
     return spent
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter, status
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
-from app.api.routers.measurements import IdempotencyKey, JobAccepted
-from app.api.schemas import ErrorOut, RequestBody
+from app.api.routers.measurements import IdempotencyKey, JobAccepted, MarginalIn
+from app.api.schemas import ErrorOut, PrivacyAmount
+from app.api.types import NumberRange, ResourceId
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 
@@ -20,23 +23,35 @@ RESPONSES = {
 }
 
 
-class AimRequest(RequestBody):
+MODEL_CELLS = NumberRange("max_model_cells", ge=1, le=10**12, whole=True)
+ROUNDS = NumberRange("rounds", ge=1, le=mechanism_service.MAX_MWEM_ROUNDS, whole=True)
+
+
+class AimRequest(PrivacyAmount):
+    """`rho` (charged up front, rounded UP to the ledger's unit of 1e-12), or `epsilon`
+    with `delta` (converted to ρ, rounded down); the workload; an optional model cap."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {"rho": 0.5, "workload": [["age", "sex"], ["race", "income>50K"]]},
                 {"rho": 0.1, "max_model_cells": 100000},
+                {"epsilon": 1.0, "delta": 1e-9},
             ]
         },
     )
-    rho: float | str = Field(description="Total ρ the mechanism may spend (charged up front).")
-    workload: list[list[str]] | None = Field(
-        default=None, description="Marginals you will ask about (default: all 2-way)."
+    workload: list[MarginalIn] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=mechanism_service.MAX_WORKLOAD,
+        description="Marginals you will ask about (default: all 2-way).",
     )
-    max_model_cells: int | None = Field(
-        default=None, description="Cap on the model's size (default: the service's cap)."
-    )
+    max_model_cells: Annotated[
+        int | None,
+        MODEL_CELLS.field("Cap on the model's size (default and at most: the service's cap)."),
+        BeforeValidator(lambda value: value if value is None else MODEL_CELLS.check(value)),
+    ] = None
 
 
 class MwemRequest(AimRequest):
@@ -46,12 +61,16 @@ class MwemRequest(AimRequest):
             "examples": [{"rho": 0.5, "workload": [["age", "sex"], ["race", "sex"]], "rounds": 30}]
         },
     )
-    rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
+    rounds: Annotated[
+        int | None,
+        ROUNDS.field("T, the number of rounds (default: the number of attributes)."),
+        BeforeValidator(lambda value: value if value is None else ROUNDS.check(value)),
+    ] = None
 
 
 def _submit(
     kind: str,
-    dataset_id: str,
+    dataset_id: ResourceId,
     body: AimRequest,
     session: SessionDep,
     settings: SettingsDep,
@@ -64,7 +83,7 @@ def _submit(
         tenant_id=tenant.id,
         dataset_id=dataset_id,
         settings=settings,
-        rho=body.rho,
+        rho_units_total=body.required_units(rounding="up"),
         workload=body.workload,
         max_model_cells=body.max_model_cells,
         rounds=getattr(body, "rounds", None),
@@ -78,7 +97,7 @@ def _submit(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_aim(
-    dataset_id: str,
+    dataset_id: ResourceId,
     body: AimRequest,
     session: SessionDep,
     settings: SettingsDep,
@@ -93,7 +112,7 @@ def run_aim(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_mwem(
-    dataset_id: str,
+    dataset_id: ResourceId,
     body: MwemRequest,
     session: SessionDep,
     settings: SettingsDep,
