@@ -339,9 +339,6 @@ class _Problem:
             float(self.total),
         )
 
-    def model_from_probabilities(self, p: np.ndarray) -> GraphicalModel:
-        return self.model(potentials_from_marginals(self.tree, self.split(p)))
-
     def warm_theta(self, previous: GraphicalModel | None) -> np.ndarray:
         """The previous model's potentials mapped onto this tree's cliques (else zero)."""
         theta = np.zeros(self.n)

@@ -23,7 +23,7 @@ import numpy as np
 
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import CalibratedTree, TreePlan
-from app.pgm.junction_tree import JunctionTree, build_junction_tree
+from app.pgm.junction_tree import build_junction_tree
 from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
 from app.pgm.sampling import sample_chunks as _sample_chunks
@@ -71,10 +71,6 @@ class GraphicalModel:
         self._reset_caches()
 
     # ---- inference ----------------------------------------------------------------
-
-    @property
-    def junction_tree(self) -> JunctionTree:
-        return self.calibrated_tree.tree
 
     @property
     def calibrated_tree(self) -> CalibratedTree:
