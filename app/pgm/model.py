@@ -26,7 +26,6 @@ from app.pgm.elimination import CalibratedTree, TreePlan
 from app.pgm.junction_tree import build_junction_tree
 from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
-from app.pgm.sampling import sample_chunks as _sample_chunks
 
 FORMAT_VERSION = 1
 
@@ -143,9 +142,7 @@ class GraphicalModel:
     ) -> Iterator[np.ndarray]:
         """Synthetic records (integer codes, domain order) in chunks; N̂ rows by default."""
         count = self.default_rows() if rows is None else rows
-        return _sample_chunks(
-            self.calibrated_tree, count, seed, chunk_rows=chunk_rows, sampler=self.sampler
-        )
+        return self.sampler.chunks(count, seed, chunk_rows=chunk_rows)
 
     def sample(
         self,
@@ -155,10 +152,8 @@ class GraphicalModel:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
     ) -> np.ndarray:
         """Synthetic records drawn exactly from the model: rows × attributes, integer codes."""
-        chunks = list(self.sample_chunks(rows, seed, chunk_rows=chunk_rows))
-        if not chunks:
-            return np.zeros((0, len(self.domain)), dtype=np.int64)
-        return np.concatenate(chunks)
+        count = self.default_rows() if rows is None else rows
+        return self.sampler.sample(count, seed, chunk_rows=chunk_rows)
 
     def joint_probabilities(self, max_cells: int = 1_000_000) -> np.ndarray:
         """The dense normalised joint p(x) over every attribute, axes in domain order.
