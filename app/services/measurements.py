@@ -32,8 +32,8 @@ from app.db import Job, MeasurementRecord, new_id
 from app.errors import InvalidRequest
 from app.ingest import pack_column, unpack_column
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
 from app.pgm.junction_tree import model_cells
+from app.pgm.measurement import Measurement
 from app.privacy import noise
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
+from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy.mechanisms.common import (
     SQRT_2_OVER_PI,

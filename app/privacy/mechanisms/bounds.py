@@ -49,7 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
+from app.pgm.measurement import Measurement
 from app.privacy.mechanisms.common import SQRT_2_OVER_PI, Attrs, Round
 
 Theorem = Literal["theorem 2", "theorem 4"]

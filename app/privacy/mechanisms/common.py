@@ -33,8 +33,9 @@ from typing import Any, Literal
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord, Measurement, fit
+from app.pgm.estimation import FitRecord, fit
 from app.pgm.junction_tree import model_cells
+from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy.accounting import rho_exponential, rho_gaussian
 

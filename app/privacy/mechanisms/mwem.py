@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
+from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy.mechanisms.common import (
     MechanismOptions,
