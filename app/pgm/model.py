@@ -7,7 +7,7 @@ bytes, `to_bytes`/`from_bytes`), and what every free query is answered from.
 Inference is lazy and cached on the instance: the first query builds the junction
 tree over the cliques and calibrates it by belief propagation once; every marginal,
 factored query and synthetic sample after that reads the calibrated clique marginals
-(`app.pgm.elimination`, `app.pgm.queries`, `app.pgm.sampling`). The log-potentials
+(`app.pgm.calibrated_tree`, `app.pgm.queries`, `app.pgm.sampling`). The log-potentials
 must not be mutated after the first query.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.pgm.calibrated_tree import CalibratedTree, TreePlan
 from app.pgm.domain import Domain, DomainError
-from app.pgm.elimination import CalibratedTree, TreePlan
 from app.pgm.junction_tree import build_junction_tree
 from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler

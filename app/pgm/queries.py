@@ -24,8 +24,9 @@ from functools import cached_property
 
 import numpy as np
 
+from app.pgm.calibrated_tree import CalibratedTree, TreePlan
 from app.pgm.domain import Domain, DomainError
-from app.pgm.elimination import CalibratedTree, TreePlan, Variable
+from app.pgm.elimination import Variable
 
 KINDS = ("identity", "ones", "indicator", "prefix", "groups", "weights", "moments")
 

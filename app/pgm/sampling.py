@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.pgm.elimination import CalibratedTree
+from app.pgm.calibrated_tree import CalibratedTree
 
 DEFAULT_CHUNK_ROWS = 65_536
 
