@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from app.privacy.accounting import rho_exponential
+from app.privacy.accounting import BudgetOverspent, rho_exponential
 
 
 def _opendp() -> Any:
@@ -79,5 +79,7 @@ def _checked_measurement(epsilon: float, sensitivity: float) -> Any:
     opendp_rho = float(measurement.map(sensitivity))
     charged = rho_exponential(epsilon)
     if opendp_rho > charged * (1.0 + 1e-9):
-        raise AssertionError(f"OpenDP charges {opendp_rho} for a selection we account as {charged}")
+        raise BudgetOverspent(
+            f"OpenDP charges {opendp_rho} for a selection we account as {charged}"
+        )
     return measurement

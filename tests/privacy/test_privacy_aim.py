@@ -21,12 +21,8 @@ from app.privacy.mechanisms import (
 )
 from app.privacy.mechanisms.aim import aim_schedule
 from app.privacy.mechanisms.bounds import combined_estimate, theorem2_bound
-from app.privacy.mechanisms.common import (
-    candidate_weights,
-    covered_by,
-    normalise_workload,
-    round_cost,
-)
+from app.privacy.mechanisms.budget import round_cost
+from app.privacy.mechanisms.workload import candidate_weights, covered_by, normalise_workload
 
 
 def test_candidate_weights_follow_the_paper() -> None:

@@ -50,9 +50,12 @@ import numpy as np
 
 from app.pgm.domain import Domain
 from app.pgm.measurement import Measurement
-from app.privacy.mechanisms.common import SQRT_2_OVER_PI, Attrs, Round
+from app.privacy.mechanisms.rounds import Attrs, Round
 
 Theorem = Literal["theorem 2", "theorem 4"]
+
+# E|Z| for a standard normal Z: the expected absolute noise of a Gaussian cell, per σ.
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)
