@@ -126,7 +126,7 @@ def combined_estimate(
     for m in measurements:
         if m.noise != "gaussian" or m.query is not None or not wanted <= set(m.attributes):
             continue
-        c = n_r / (domain.cells(m.attributes) * m.scale**2)
+        c = n_r / (domain.cells(m.attributes) * m.noise_variance)
         numerator += c * _project(domain, m, attrs)
         precision += c
     if precision == 0.0:
