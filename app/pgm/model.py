@@ -17,7 +17,7 @@ import io
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -42,6 +42,10 @@ class GraphicalModel:
     cliques: tuple[Clique, ...]
     log_potentials: dict[Clique, np.ndarray]
     total: float
+    # Inference state, built lazily and not part of the value: set by `_reset_caches`.
+    _inference_lock: threading.Lock = field(init=False, repr=False, compare=False)
+    _calibrated: CalibratedTree | None = field(init=False, repr=False, compare=False)
+    _sampler: TreeSampler | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for clique in self.cliques:
@@ -74,10 +78,10 @@ class GraphicalModel:
     @property
     def calibrated_tree(self) -> CalibratedTree:
         """The junction tree calibrated by belief propagation, computed once per model."""
-        calibrated: CalibratedTree | None = self._calibrated  # type: ignore[attr-defined]
+        calibrated = self._calibrated
         if calibrated is None:
-            with self._inference_lock:  # type: ignore[attr-defined]
-                calibrated = self._calibrated  # type: ignore[attr-defined]
+            with self._inference_lock:
+                calibrated = self._calibrated
                 if calibrated is None:
                     tree = build_junction_tree(self.domain, self.cliques)
                     calibrated = CalibratedTree.from_potentials(tree, self.log_potentials)
@@ -124,7 +128,7 @@ class GraphicalModel:
 
     @property
     def sampler(self) -> TreeSampler:
-        sampler: TreeSampler | None = self._sampler  # type: ignore[attr-defined]
+        sampler = self._sampler
         if sampler is None:
             sampler = TreeSampler(self.calibrated_tree)
             object.__setattr__(self, "_sampler", sampler)
@@ -176,7 +180,8 @@ class GraphicalModel:
             log_joint = log_joint + theta.reshape(shape)
         log_joint -= log_joint.max()
         joint = np.exp(log_joint)
-        return joint / joint.sum()
+        normalised: np.ndarray = joint / joint.sum()
+        return normalised
 
     def to_bytes(self) -> bytes:
         header = {
@@ -188,9 +193,10 @@ class GraphicalModel:
         }
         arrays = {f"theta_{i}": self.log_potentials[c] for i, c in enumerate(self.cliques)}
         buffer = io.BytesIO()
-        np.savez_compressed(
-            buffer, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays
-        )
+        # numpy's stub types **kwds as if a key could be its `allow_pickle` flag (bool);
+        # ours are all "theta_<i>", arrays.
+        encoded_header = np.frombuffer(json.dumps(header).encode(), np.uint8)
+        np.savez_compressed(buffer, header=encoded_header, **arrays)  # type: ignore[arg-type]
         return buffer.getvalue()
 
     @classmethod

@@ -154,7 +154,8 @@ class FitProblem:
         beliefs, log_z = self.plan.run(self.split(theta))
         flat = np.concatenate([b.ravel() for b in beliefs])
         flat -= log_z
-        return np.exp(flat, out=flat)
+        probabilities: np.ndarray = np.exp(flat, out=flat)
+        return probabilities
 
     def model(self, thetas: list[np.ndarray]) -> GraphicalModel:
         return GraphicalModel(

@@ -63,9 +63,9 @@ class TreeSampler:
                     seen.add(child)
                     order.append((child, parent))
                     frontier.append(child)
-        for clique, parent in order:
+        for clique, towards in order:
             attrs = tree.cliques[clique]
-            sep = tree.separator(clique, parent) if parent is not None else ()
+            sep = tree.separator(clique, towards) if towards is not None else ()
             new = tuple(a for a in attrs if a not in sep)
             layout = [attrs.index(a) for a in sep + new]
             table = np.transpose(tree.marginals[clique], layout)

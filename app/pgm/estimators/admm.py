@@ -156,9 +156,11 @@ def _admm_phase(
         lower = np.concatenate(
             [np.where(gauss, -inverse_weight, -1.0 / penalty), np.full(E.shape[0], -1e-9)]
         )
-        kkt = sp.bmat(
-            [[sp.identity(n) * penalty, rows_t], [rows, sp.diags(lower[order])]], format="csc"
-        )
+        blocks: list[list[sp.spmatrix[np.float64]]] = [
+            [sp.identity(n) * penalty, rows_t],
+            [rows, sp.diags(lower[order])],
+        ]
+        kkt = sp.bmat(blocks, format="csc")
         lu = spla.splu(
             kkt, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True}
         )
