@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, Unpack
 
 import numpy as np
 
@@ -177,29 +177,26 @@ class MechanismRun:
         true_marginal: TrueMarginal,
         rho: float,
         workload: Mapping[Attrs, float],
-        *,
-        options: MechanismOptions | None = None,
-        completed_rounds: Sequence[Round | Mapping[str, Any]] = (),
-        on_round: Callable[[Round], None] | None = None,
-        on_progress: Callable[[Progress], None] | None = None,
-        base_measurements: Sequence[Measurement] = (),
-        warm_start: GraphicalModel | None = None,
+        **arguments: Unpack[RunArguments],
     ) -> None:
         self.name = name
         self.domain = domain
         self.truth = TrueMarginals(domain, true_marginal)
         self.ledger = RhoLedger(rho)
-        self.options = options or MechanismOptions()
+        self.options = arguments.get("options") or MechanismOptions()
         self.workload = dict(workload)
-        self.stored = [r if isinstance(r, Round) else Round.from_dict(r) for r in completed_rounds]
+        self.stored = [
+            r if isinstance(r, Round) else Round.from_dict(r)
+            for r in arguments.get("completed_rounds", ())
+        ]
         check_replayed(self.stored)
         for r in self.stored:
             if r.values.size != domain.cells(r.attributes):
                 raise RoundsMismatch(f"stored round {r.index} has the wrong number of values")
-        self.on_round = on_round
-        self.on_progress = on_progress
-        self.base_measurements = list(base_measurements)
-        self.model = warm_start
+        self.on_round = arguments.get("on_round")
+        self.on_progress = arguments.get("on_progress")
+        self.base_measurements = list(arguments.get("base_measurements", ()))
+        self.model = arguments.get("warm_start")
         self.fit_record: FitRecord | None = None
         self.rounds: list[Round] = []
         # workload marginal -> (round index, M_r(p̂_{t−1})) of the last round it was a
