@@ -106,12 +106,6 @@ class InvariantViolated(PrivqError):
     code = "invariant_violated"
 
 
-class PrivacyInvariantViolated(InvariantViolated):
-    """A mechanism would spend more privacy than was charged for it; it was stopped."""
-
-    code = "privacy_invariant_violated"
-
-
 class LedgerInvariantViolated(InvariantViolated):
     """The ledger is not in the state the service relies on; nothing was changed."""
 

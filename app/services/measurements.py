@@ -29,13 +29,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db import Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest, LedgerInvariantViolated, PrivacyInvariantViolated
+from app.errors import InvalidRequest, LedgerInvariantViolated
 from app.ingest import pack_column, unpack_column
 from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
 from app.pgm.junction_tree import model_cells
+from app.pgm.measurement import Measurement
 from app.privacy import noise
+from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
@@ -66,24 +67,6 @@ class MeasurementPlan:
             "scale": self.scale,
             "rho_units": self.rho_units,
         }
-
-
-def _exact_cost(scale: float, marginals: int) -> Fraction:
-    """The exact ρ of `marginals` sensitivity-1 measurements at this float scale.
-
-    Gaussian: k/(2σ²). Laplace: ε = 1/b pure DP per marginal, so k·(1/b)²/2 — the
-    same expression in the scale.
-    """
-    exact_scale = Fraction(scale)
-    return Fraction(marginals, 2) / (exact_scale * exact_scale)
-
-
-def scale_for_share(rho: Fraction, marginals: int) -> float:
-    """The smallest float scale whose exact cost for `marginals` marginals is at most `rho`."""
-    scale = math.sqrt(marginals / (2 * float(rho)))
-    while _exact_cost(scale, marginals) > rho:
-        scale = math.nextafter(scale, math.inf)
-    return scale
 
 
 def check_attribute_sets(
@@ -185,7 +168,7 @@ def plan(
         if not 0 < rho_units_total <= MAX_RHO_UNITS:
             raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
         units = rho_units_total
-        chosen = scale_for_share(Fraction(units, UNITS_PER_RHO), k)
+        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), k)
     else:
         if not (
             isinstance(scale, (int, float))
@@ -198,7 +181,7 @@ def plan(
                 field=scale_name,
             )
         chosen = float(scale)
-        units = rho_units_ceil(_exact_cost(chosen, k), field=scale_name)
+        units = rho_units_ceil(exact_rho(noise_kind, chosen, k), field=scale_name)
         if units > MAX_RHO_UNITS:
             raise InvalidRequest(
                 f"{k} marginal(s) at {scale_name}={chosen} would cost more than "
@@ -216,10 +199,7 @@ def plan(
     per_marginal = noise.privacy_map(noise_kind, chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
     if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
-        raise PrivacyInvariantViolated(
-            "OpenDP's privacy map exceeds the charge; refusing to measure",
-            opendp_rho=k * opendp_rho,
-        )
+        raise BudgetOverspent("OpenDP's privacy map exceeds the charge; refusing to measure")
     return MeasurementPlan(checked, noise_kind, chosen, units)
 
 
