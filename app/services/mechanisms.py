@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from fractions import Fraction
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,12 +36,10 @@ from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
 from app.services import datasets as dataset_service
-from app.services import fits, ledger
+from app.services import fits, jobs, ledger
 from app.services import measurements as measurement_service
+from app.services.jobs import JobRunner
 from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
-
-if TYPE_CHECKING:
-    from app.worker import Worker
 
 MECHANISMS = ("aim", "mwem")
 MAX_WORKLOAD = 5000
@@ -205,7 +203,7 @@ def _round_details(round_: Round) -> dict[str, Any]:
     return details
 
 
-def run_job(worker: Worker, job: Job) -> dict[str, Any]:
+def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     """Run (or resume) the job's mechanism, then make the model version that covers it."""
     params = job.params
     domain = worker.domain_of(job.dataset_id)
@@ -229,12 +227,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
     def on_round(round_: Round) -> None:
         worker.check_lease()
         with worker.database.unit_of_work() as session:
-            from app.services import jobs
-
-            if not jobs.holds_lease(session, job_id=job.id, owner=worker.worker_id):
-                from app.worker import LeaseLost
-
-                raise LeaseLost()
+            jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
             measurement_service.store(
                 session,
                 dataset_id=job.dataset_id,
