@@ -34,12 +34,12 @@ import json
 import math
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 from sqlalchemy.orm import Session
 
 from app.db import Database
@@ -303,11 +303,12 @@ def marginal_answer(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int
 
 # Encoded cell labels of recent marginals, by dataset: they depend only on the
 # schema, which is fixed when the dataset is uploaded, and encoding them is most of
-# the cost of a marginal's response.
+# the cost of a marginal's response. The cache is bounded by the bytes it holds.
 _LABELS_JSON_BYTES = 32 * 1024 * 1024  # all entries together
 _LABELS_JSON_ENTRY_BYTES = 1024 * 1024  # larger label lists are encoded every time
-_labels_json_cache: OrderedDict[tuple[str, tuple[str, ...]], bytes] = OrderedDict()
-_labels_json_size = 0
+_labels_json_cache: LRUCache[tuple[str, tuple[str, ...]], bytes] = LRUCache(
+    maxsize=_LABELS_JSON_BYTES, getsizeof=len
+)
 _labels_json_lock = threading.Lock()
 
 
@@ -315,21 +316,13 @@ def _labels_json(loaded: LoadedModel, attrs: tuple[str, ...]) -> bytes:
     key = (loaded.dataset_id, attrs)
     with _labels_json_lock:
         encoded = _labels_json_cache.get(key)
-        if encoded is not None:
-            _labels_json_cache.move_to_end(key)
-            return encoded
-    global _labels_json_size
+    if encoded is not None:
+        return encoded
     label_lists = [loaded.schema.attribute(a).labels() for a in attrs]
     encoded = _dumps(_cell_labels(label_lists))
-    if len(encoded) > _LABELS_JSON_ENTRY_BYTES:
-        return encoded
-    with _labels_json_lock:
-        if key not in _labels_json_cache:
+    if len(encoded) <= _LABELS_JSON_ENTRY_BYTES:
+        with _labels_json_lock:
             _labels_json_cache[key] = encoded
-            _labels_json_size += len(encoded)
-        while _labels_json_size > _LABELS_JSON_BYTES:
-            _, dropped = _labels_json_cache.popitem(last=False)
-            _labels_json_size -= len(dropped)
     return encoded
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from cachetools import LRUCache
 from sqlalchemy import Engine, Select, bindparam, exists, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, load_only
@@ -101,7 +101,8 @@ class LoadedModel:
 
 
 class ModelCache:
-    """A small thread-safe LRU of `LoadedModel`s keyed (dataset_id, version).
+    """The most recently used `LoadedModel`s keyed (dataset_id, version): a
+    `cachetools.LRUCache` behind a lock, shared by request and worker threads.
 
     Concurrent misses on one key load it once: the first caller loads while the
     others wait on that key's lock, then find it cached.
@@ -111,28 +112,22 @@ class ModelCache:
         if max_entries < 1:
             raise ValueError("a model cache holds at least one entry")
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[str, int], LoadedModel] = OrderedDict()
+        self._entries: LRUCache[tuple[str, int], LoadedModel] = LRUCache(maxsize=max_entries)
         self._lock = threading.Lock()
         self._loading: dict[tuple[str, int], threading.Lock] = {}
         self.hits = 0
         self.misses = 0
 
     def get(self, dataset_id: str, version: int) -> LoadedModel | None:
-        key = (dataset_id, version)
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get((dataset_id, version))
             if entry is not None:
-                self._entries.move_to_end(key)
                 self.hits += 1
             return entry
 
     def put(self, entry: LoadedModel) -> None:
-        key = (entry.dataset_id, entry.version)
         with self._lock:
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._entries[(entry.dataset_id, entry.version)] = entry
 
     def get_or_load(
         self, dataset_id: str, version: int, load: Callable[[], LoadedModel]
