@@ -351,9 +351,9 @@ def test_larger_file_across_many_batches_matches_a_direct_encoding() -> None:
 def test_memo_of_parsed_cells_never_changes_the_codes(
     monkeypatch: pytest.MonkeyPatch, memo_capacity: int
 ) -> None:
-    import app.ingest
+    from app.ingest.columns import ColumnEncoder
 
-    monkeypatch.setattr(app.ingest._ColumnEncoder, "MEMO_CAPACITY", memo_capacity)
+    monkeypatch.setattr(ColumnEncoder, "MEMO_CAPACITY", memo_capacity)
     rng = np.random.default_rng(11)
     n = 3_000
     # Repeated spellings (memo hits), padded and float spellings, and unique values.
