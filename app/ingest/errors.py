@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.schema.rules import is_valid_unicode, quote
+
 MAX_REPORTED_LINES = 10
 QUOTED_CELL_CHARS = 40
 
@@ -30,13 +32,8 @@ class IngestError(ValueError):
 
 def quote_cell(cell: str) -> str | None:
     """The bad cell as it may appear in a message, or None if it is not valid UTF-8."""
-    try:
-        cell.encode("utf-8")
-    except UnicodeEncodeError:  # surrogate-escaped bytes
-        return None
-    shown = cell if len(cell) <= QUOTED_CELL_CHARS else cell[: QUOTED_CELL_CHARS - 1] + "…"
-    return repr(shown)
+    return None if has_undecodable_bytes(cell) else quote(cell, QUOTED_CELL_CHARS)
 
 
 def has_undecodable_bytes(text: str) -> bool:
-    return quote_cell(text) is None
+    return not is_valid_unicode(text)  # surrogate-escaped bytes
