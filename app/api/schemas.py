@@ -158,3 +158,7 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+# OpenAPI documentation of a route's other responses, as FastAPI's `responses=` takes it.
+Responses = dict[int | str, dict[str, Any]]

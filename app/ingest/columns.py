@@ -21,7 +21,7 @@ def code_dtype(size: int) -> np.dtype:
     return np.dtype(np.uint64)
 
 
-class StrippingLookup(dict):  # type: ignore[type-arg]
+class StrippingLookup(dict[str, int]):
     """value -> code for a categorical column; padded cells resolve by their stripped value.
 
     A miss that strips to a known value is remembered (bounded), so a file that pads
@@ -45,7 +45,7 @@ class StrippingLookup(dict):  # type: ignore[type-arg]
 _MISS = -2  # memo marker: the cell's code is not remembered yet
 
 
-class _Memo(dict):  # type: ignore[type-arg]
+class _Memo(dict[str, int]):
     """cell -> code of a numeric or integer column, for cells already parsed once."""
 
     def __missing__(self, cell: str) -> int:

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from cachetools import LRUCache
@@ -186,7 +186,7 @@ def plan(
         chosen = float(scale)
         units = rho_units_ceil(_exact_cost(chosen, k), field=scale_name)
     # OpenDP's own privacy map must agree that this is within what we charge.
-    per_marginal = noise.privacy_map(noise_kind, chosen)
+    per_marginal = noise.privacy_map(cast(noise.NoiseKind, noise_kind), chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
     if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
         raise RuntimeError("OpenDP's privacy map exceeds the charge; refusing to measure")
@@ -384,4 +384,5 @@ def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementR
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:
-    return unpack_column(record.values).tolist()
+    values: list[int] = unpack_column(record.values).tolist()
+    return values

@@ -63,7 +63,7 @@ def upload_dataset(
         session,
         name=name,
         schema=dataset_schema,
-        stream=file.file,  # type: ignore[arg-type]
+        stream=file.file,
         rho_total_units=rho_total_units,
         max_bytes=settings.max_upload_bytes,
     )

@@ -7,13 +7,13 @@ from pydantic import ConfigDict, Field
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
 from app.api.routers.measurements import IdempotencyKey, JobAccepted
-from app.api.schemas import ErrorOut, RequestBody
+from app.api.schemas import ErrorOut, RequestBody, Responses
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
 
-RESPONSES = {
+RESPONSES: Responses = {
     404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
     409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
     422: {"model": ErrorOut, "description": "Invalid workload or options, or model too large."},

@@ -114,7 +114,8 @@ def _marginal_counts(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: in
     # N̂·p is non-negative: clamp the last-bit rounding of the elimination. Thousandths
     # of a record are far below any measurement's noise; fewer digits also halve the
     # response and its encoding time.
-    return np.round(np.maximum(counts, 0.0).ravel(), COUNT_DECIMALS)
+    rounded: np.ndarray = np.round(np.maximum(counts, 0.0).ravel(), COUNT_DECIMALS)
+    return rounded
 
 
 def _marginal_details(

@@ -142,7 +142,7 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
                 points = attribute.midpoints()
             except SchemaError as error:
                 raise invalid(path, str(error)) from None
-            axis_factors.append(q.moments(domain, name, points, order))
+            axis_factors.append(q.moments(domain, name, points.tolist(), order))
             axis_attributes.append(name)
         query = FactoredQuery(domain, tuple(row_factors + axis_factors))
     except DomainError as error:  # QueryError: wrong weight count, non-finite entries, …
