@@ -123,6 +123,11 @@ class Principal:
     def is_admin(self) -> bool:
         return self.tenant is None
 
+    @property
+    def tenant_id(self) -> str | None:
+        """The tenant's id, or None for the admin (what services take as `tenant_id`)."""
+        return None if self.tenant is None else self.tenant.id
+
 
 @dataclass(frozen=True)
 class TenantSnapshot:

@@ -61,20 +61,16 @@ INLINE_MAX_QUERIES = 16
 Result = TypeVar("Result")
 
 
-def _tenant_id(principal: PrincipalDep) -> str | None:
-    return None if principal.tenant is None else principal.tenant.id
-
-
 def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
     """The visible latest version, loaded and calibrated (blocking: for worker threads)."""
-    return answers.visible_ready_model(database, dataset_id, tenant_id=_tenant_id(principal))
+    return answers.visible_ready_model(database, dataset_id, tenant_id=principal.tenant_id)
 
 
 async def _ready_model(
     request: Request, database: DatabaseDep, principal: PrincipalDep, dataset_id: str
 ) -> LoadedModel:
     """The visible latest version, checked on the loop when that is a local read."""
-    tenant_id = _tenant_id(principal)
+    tenant_id = principal.tenant_id
     engine = loop_read_engine(request)
     if engine is None:
         return await run_in_threadpool(_loaded_model, database, principal, dataset_id)

@@ -70,7 +70,7 @@ def read_ledger(
     dataset_id: str, session: ReadSessionDep, principal: PrincipalDep
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return [
         LedgerEntryOut.of(entry)

@@ -73,7 +73,7 @@ def upload_dataset(
 @router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
 def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     return [
         DatasetOut.of(dataset, for_admin=principal.is_admin)
         for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
@@ -88,6 +88,6 @@ def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[Data
 )
 def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return DatasetOut.of(dataset, for_admin=principal.is_admin)

@@ -187,7 +187,7 @@ def create_measurement(
 )
 def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         return JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id))
 
@@ -201,7 +201,7 @@ def list_measurements(
     dataset_id: str, database: DatabaseDep, principal: PrincipalDep
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
         return [
