@@ -29,25 +29,19 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
-from app.api.schemas import ErrorOut, RequestBody, Responses
+from app.api.schemas import RequestBody, error_responses
 from app.services import answers
 from app.services import models as model_service
 from app.services.models import LoadedModel
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
 
-NOT_FOUND: Responses = {
-    404: {
-        "model": ErrorOut,
-        "description": "No such dataset (or no grant on it); or `no_model` before the first fit.",
-    }
-}
-INVALID: Responses = {
-    422: {
-        "model": ErrorOut,
-        "description": "The request names something the schema does not have, or is too large.",
-    }
-}
+NOT_FOUND = error_responses(
+    {404: "No such dataset (or no grant on it); or `no_model` before the first fit."}
+)
+INVALID = error_responses(
+    {422: "The request names something the schema does not have, or is too large."}
+)
 
 
 # Work answered on the event loop: at most this many cells in its largest intermediate

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, UploadFile, status
 
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
-from app.api.schemas import DatasetOut, ErrorOut
+from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
 
@@ -29,10 +29,12 @@ SCHEMA_EXAMPLE = json.dumps(
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
     response_model_exclude_none=True,
-    responses={
-        413: {"model": ErrorOut, "description": "The file exceeds PRIVQ_MAX_UPLOAD_BYTES."},
-        422: {"model": ErrorOut, "description": "Bad schema, or a CSV value outside it."},
-    },
+    responses=error_responses(
+        {
+            413: "The file exceeds PRIVQ_MAX_UPLOAD_BYTES.",
+            422: "Bad schema, or a CSV value outside it.",
+        }
+    ),
 )
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
@@ -84,7 +86,7 @@ def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[Data
     "/{dataset_id}",
     response_model=DatasetOut,
     response_model_exclude_none=True,
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""

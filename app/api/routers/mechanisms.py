@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
 from app.api.routers.measurements import IdempotencyKey, JobAccepted
-from app.api.schemas import ErrorOut, RequestBody, Responses
+from app.api.schemas import NO_SUCH_DATASET, RequestBody, error_responses
 from app.config import Settings
 from app.db import Tenant
 from app.services import measurements as measurement_service
@@ -19,11 +19,13 @@ from app.services import mechanisms as mechanism_service
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
 
-RESPONSES: Responses = {
-    404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-    409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-    422: {"model": ErrorOut, "description": "Invalid workload or options, or model too large."},
-}
+RESPONSES = error_responses(
+    {
+        404: NO_SUCH_DATASET,
+        409: "Insufficient budget, or Idempotency-Key reused.",
+        422: "Invalid workload or options, or model too large.",
+    }
+)
 
 
 class AimRequest(RequestBody):
