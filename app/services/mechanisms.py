@@ -21,7 +21,7 @@ Theorem 4 bounds, relative to that version, in the job's result.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from itertools import combinations
 from typing import Any
@@ -34,14 +34,23 @@ from app.errors import InvalidRequest
 from app.ingest import unpack_column
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
-from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
+from app.privacy.mechanisms import (
+    MechanismOptions,
+    MechanismResult,
+    Progress,
+    Round,
+    run_aim,
+    run_mwem,
+)
 from app.services import datasets as dataset_service
 from app.services import fits, jobs, ledger
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
 
-MECHANISMS = ("aim", "mwem")
+# Every workload-adaptive mechanism a job may run, by the name its route and job use.
+RUNNERS: dict[str, Callable[..., MechanismResult]] = {"aim": run_aim, "mwem": run_mwem}
+MECHANISMS = tuple(RUNNERS)
 MAX_WORKLOAD = 5000
 MAX_MWEM_ROUNDS = 1000
 # The mechanism runs on a hair less than the charge: its float bookkeeping allows a
@@ -259,8 +268,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
     )
-    runner = run_aim if job.kind == "aim" else run_mwem
-    result = runner(
+    result = RUNNERS[job.kind](
         domain,
         true_marginal,
         rho,
