@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
 
 from app.api.deps import PrincipalDep, ReadSessionDep
-from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
+from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
@@ -28,7 +28,7 @@ DEFAULT_DELTA = 1e-6
 @router.get(
     "/budget",
     response_model=BudgetOut,
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_budget(
     dataset_id: ResourceId,
@@ -71,13 +71,13 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_ledger(
     dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return [
         LedgerEntryOut.of(entry)
