@@ -28,6 +28,9 @@ MAX_RHO = 1_000_000.0
 MAX_EPSILON = 1_000_000.0
 MIN_NOISE_SCALE = 1e-3
 MAX_NOISE_SCALE = 1e12
+# A scale derived from ρ may be a little below MIN_NOISE_SCALE (ρ = 10⁶ on one marginal
+# gives σ ≈ 7·10⁻⁴); a fit weighs any scale from here up (1/σ² ≤ 10¹²).
+MIN_FITTABLE_SCALE = 1e-6
 # Noisy counts beyond this magnitude are not exact float64 integers: such a stored
 # measurement (e.g. from before these limits) cannot be fitted and is quarantined.
 MAX_EXACT_COUNT = 2**53

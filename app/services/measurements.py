@@ -102,7 +102,9 @@ def check_attribute_sets(
 def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
     """The distinct attribute sets measured on the dataset so far (and queued, not yet measured)."""
     rows = session.scalars(
-        select(MeasurementRecord.attributes).where(MeasurementRecord.dataset_id == dataset_id)
+        select(MeasurementRecord.attributes).where(
+            MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active"
+        )
     ).all()
     sets = {tuple(r) for r in rows}
     # Measurement jobs not yet run will add theirs too: count them, or two requests
@@ -370,28 +372,35 @@ def to_pgm(record: MeasurementRecord) -> Measurement:
     )
 
 
-def load_for_fit(session: Session, dataset_id: str) -> tuple[list[Measurement], int]:
-    """Every measurement of the dataset as pgm Measurements, and the largest id included."""
-    records = list_for_dataset(session, dataset_id)
-    high_water = max((r.id for r in records), default=0)
-    return [to_pgm(r) for r in records], high_water
-
-
-def high_water(session: Session, *, dataset_id: str, job_id: str | None = None) -> int:
+def high_water(
+    session: Session,
+    *,
+    dataset_id: str,
+    job_id: str | None = None,
+    up_to: int | None = None,
+    active_only: bool = False,
+) -> int:
+    """The largest measurement id of the dataset (of one job, up to an id, active only)."""
     query = select(func.coalesce(func.max(MeasurementRecord.id), 0)).where(
         MeasurementRecord.dataset_id == dataset_id
     )
     if job_id is not None:
         query = query.where(MeasurementRecord.job_id == job_id)
+    if up_to is not None:
+        query = query.where(MeasurementRecord.id <= up_to)
+    if active_only:
+        query = query.where(MeasurementRecord.status == "active")
     return int(session.scalar(query) or 0)
 
 
-def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementRecord]:
-    return session.scalars(
-        select(MeasurementRecord)
-        .where(MeasurementRecord.dataset_id == dataset_id)
-        .order_by(MeasurementRecord.id)
-    ).all()
+def list_for_dataset(
+    session: Session, dataset_id: str, *, active_only: bool = False
+) -> Sequence[MeasurementRecord]:
+    """The dataset's measurements, oldest first; `active_only` leaves out quarantined ones."""
+    query = select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id)
+    if active_only:
+        query = query.where(MeasurementRecord.status == "active")
+    return session.scalars(query.order_by(MeasurementRecord.id)).all()
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:

@@ -45,7 +45,7 @@ from app.privacy.mechanisms import (
     run_mwem,
 )
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, ledger
+from app.services import fits, jobs, ledger, quarantine
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
@@ -223,7 +223,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         completed = stored_rounds(session, job.id)
         others = [
             measurement_service.to_pgm(r)
-            for r in measurement_service.list_for_dataset(session, job.dataset_id)
+            for r in measurement_service.list_for_dataset(session, job.dataset_id, active_only=True)
             if r.job_id != job.id
         ]
     rho = units_to_rho(params["rho_units"]) * SAFETY
@@ -295,6 +295,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
         version = worker.fit_covering(job, job_high_water, domain)
+        quarantine.check_job(worker.database, job.id)
     return {
         "model_version": version,
         "rounds": len(result.rounds),

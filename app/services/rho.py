@@ -29,7 +29,7 @@ from app.limits import MAX_RHO, format_limit
 from app.privacy.accounting import epsilon_from_rho, rho_from_epsilon
 
 RHO_UNIT_EXPONENT = 12
-UNITS_PER_RHO = 10**RHO_UNIT_EXPONENT
+UNITS_PER_RHO: int = 10**RHO_UNIT_EXPONENT
 MAX_RHO_UNITS = int(MAX_RHO) * UNITS_PER_RHO
 
 Rounding = Literal["down", "up", "exact"]

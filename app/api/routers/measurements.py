@@ -127,6 +127,11 @@ class MeasurementOut(BaseModel):
     values: list[int] = Field(description="Noisy counts, row-major over the attributes' codes.")
     details: dict[str, Any] | None = None
     created_at: datetime
+    status: Literal["active", "quarantined"] = Field(
+        description="quarantined: a model fit could not use it; it stays a release (and "
+        "charged) but no fit includes it."
+    )
+    quarantine_reason: str | None = None
 
 
 IdempotencyKey = Annotated[
@@ -230,6 +235,8 @@ def list_measurements(
                 values=measurement_service.decoded_values(record),
                 details=record.details,
                 created_at=record.created_at,
+                status=record.status,  # type: ignore[arg-type]
+                quarantine_reason=record.quarantine_reason,
             )
             for record in measurement_service.list_for_dataset(session, dataset_id)
         ]
