@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from sqlalchemy.exc import OperationalError
 
 from app import limits
 from app.api import routers as routers_package
@@ -73,11 +74,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.effective_auto_migrate:
-            from app.migrations import upgrade_to_head
+        try:
+            if settings.effective_auto_migrate:
+                from app.migrations import upgrade_to_head
 
-            upgrade_to_head(settings.database_url)
-        announce_admin_key(database, settings)
+                upgrade_to_head(settings.database_url)
+            announce_admin_key(database, settings)
+        except OperationalError:
+            # Serve anyway: /readyz answers 503 with the reason until the database
+            # answers (a generated admin key is then made on the next start).
+            logger.warning("database unreachable at start-up; /readyz reports it")
         stop_workers: Callable[[], None] | None = None
         worker_count = settings.effective_workers_in_process
         if worker_count > 0 and start_workers is not None:

@@ -204,8 +204,17 @@ class LedgerEntryOut(BaseModel):
 
 
 class HealthOut(BaseModel):
+    """Liveness: the process answers (it says nothing about the database)."""
+
     status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    """Readiness: the database answers and its schema is the one this process needs."""
+
+    status: Literal["ready"]
     database: Literal["ok"]
+    schema_revision: str
 
 
 class ErrorDetail(BaseModel):
