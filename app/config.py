@@ -57,7 +57,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Workers started beside `privq serve`; default 1 on SQLite, 0 otherwise.",
     )
-    lease_seconds: int = Field(default=300, gt=0, description="How long a claimed job is leased.")
+    lease_seconds: int = Field(
+        default=30,
+        gt=0,
+        description="How long a worker's claim on a job (and a fit lock) lasts without "
+        "renewal; a heartbeat renews it every third of that, so a killed worker's job is "
+        "picked up by another within about this long.",
+    )
     auto_migrate: bool | None = Field(
         default=None,
         description="Upgrade the schema when the API starts; default on for SQLite only "
