@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi import APIRouter, File, Form, Request, UploadFile, status
+from sqlalchemy.orm import Session
 
-from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
+from app.api.concurrency import write_endpoint
+from app.api.deps import AdminAuth, DatabaseDep, PrincipalDep, SettingsDep, run_read
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
 from app.api.types import Name, ResourceId, SafeText
 from app.services import datasets as dataset_service
@@ -37,6 +39,7 @@ SCHEMA_EXAMPLE = json.dumps(
         }
     ),
 )
+@write_endpoint
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
     schema_text: Annotated[
@@ -49,7 +52,7 @@ def upload_dataset(
         ),
     ],
     name: Annotated[Name, Form(examples=["adult"])],
-    session: SessionDep,
+    database: DatabaseDep,
     settings: SettingsDep,
     _admin: AdminAuth,
     rho_total: Annotated[
@@ -71,25 +74,32 @@ def upload_dataset(
         if rho_total in (None, "")
         else rho_units(rho_total, field="rho_total", rounding="down")
     )
-    dataset = dataset_service.create_dataset(
-        session,
-        name=name,
-        schema=dataset_schema,
-        stream=file.file,
-        rho_total_units=rho_total_units,
-        max_bytes=settings.max_upload_bytes,
-    )
-    return DatasetOut.of(dataset, for_admin=True)
+    # The file is encoded before the first statement: no transaction waits on the parse.
+    with database.unit_of_work() as session:
+        dataset = dataset_service.create_dataset(
+            session,
+            name=name,
+            schema=dataset_schema,
+            stream=file.file,
+            rho_total_units=rho_total_units,
+            max_bytes=settings.max_upload_bytes,
+        )
+        return DatasetOut.of(dataset, for_admin=True)
 
 
 @router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
-def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
+async def list_datasets(
+    request: Request, database: DatabaseDep, principal: PrincipalDep
+) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
-    tenant_id = principal.tenant_id
-    return [
-        DatasetOut.of(dataset, for_admin=principal.is_admin)
-        for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
-    ]
+
+    def read(session: Session) -> list[DatasetOut]:
+        return [
+            DatasetOut.of(dataset, for_admin=principal.is_admin)
+            for dataset in dataset_service.list_datasets(session, tenant_id=principal.tenant_id)
+        ]
+
+    return await run_read(request, database, read)
 
 
 @router.get(
@@ -98,10 +108,13 @@ def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[Data
     response_model_exclude_none=True,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-def read_dataset(
-    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
+async def read_dataset(
+    dataset_id: ResourceId, request: Request, database: DatabaseDep, principal: PrincipalDep
 ) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
-    tenant_id = principal.tenant_id
-    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-    return DatasetOut.of(dataset, for_admin=principal.is_admin)
+
+    def read(session: Session) -> DatasetOut:
+        dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=principal.tenant_id)
+        return DatasetOut.of(dataset, for_admin=principal.is_admin)
+
+    return await run_read(request, database, read)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, status
+from fastapi import APIRouter, Header, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
+from app.api.concurrency import write_endpoint
+from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SettingsDep, run_read
 from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
 from app.api.types import AttributeName, IdempotencyKeyText, LaplaceScale, ResourceId, Sigma
 from app.db import Job
@@ -155,17 +156,21 @@ IdempotencyKey = Annotated[
         }
     ),
 )
+@write_endpoint
 def create_measurement(
     dataset_id: ResourceId,
     body: MeasurementRequest,
-    session: SessionDep,
+    database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
     idempotency_key: IdempotencyKey = None,
 ) -> JobAccepted:
     """Charge ρ and queue a job that measures the marginals with exact discrete noise."""
-    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant.id)
-    domain = dataset_service.dataset_schema(dataset).domain()
+    # Validated and priced before the write transaction (on SQLite: the write lock).
+    with database.read_only() as session:
+        dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant.id)
+        domain = dataset_service.dataset_schema(dataset).domain()
+        grows_model = measurement_service.adds_attribute_sets(session, dataset_id, body.marginals)
     given_scale = body.sigma if body.noise == "gaussian" else body.scale
     wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
     if wrong_scale is not None:
@@ -182,21 +187,23 @@ def create_measurement(
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
     )
-    job, charge = measurement_service.submit(
-        session,
-        tenant_id=tenant.id,
-        dataset_id=dataset_id,
-        domain=domain,
-        kind="measure",
-        params=plan.params(),
-        rho_units_total=plan.rho_units,
-        attribute_sets=plan.marginals,
-        max_model_cells=settings.max_model_cells,
-        idempotency_key=idempotency_key,
-        body_hash=measurement_service.request_hash(body.model_dump()),
-        description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
-    )
-    return JobAccepted.of(job, charge)
+    with database.unit_of_work() as session:
+        job, charge = measurement_service.submit(
+            session,
+            tenant_id=tenant.id,
+            dataset_id=dataset_id,
+            domain=domain,
+            kind="measure",
+            params=plan.params(),
+            rho_units_total=plan.rho_units,
+            attribute_sets=plan.marginals,
+            max_model_cells=settings.max_model_cells,
+            idempotency_key=idempotency_key,
+            body_hash=measurement_service.request_hash(body.model_dump()),
+            description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
+            check_model=grows_model,
+        )
+        return JobAccepted.of(job, charge)
 
 
 @router.get(
@@ -204,11 +211,16 @@ def create_measurement(
     response_model=JobOut,
     responses=error_responses({404: "No such job (or not yours)."}),
 )
-def read_job(job_id: ResourceId, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
+async def read_job(
+    job_id: ResourceId, request: Request, database: DatabaseDep, principal: PrincipalDep
+) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
     tenant_id = principal.tenant_id
-    with database.read_only() as session:
-        return JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id))
+    return await run_read(
+        request,
+        database,
+        lambda session: JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id)),
+    )
 
 
 @router.get(
@@ -223,20 +235,22 @@ def list_measurements(
     tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-        return [
-            MeasurementOut(
-                id=record.id,
-                job_id=record.job_id,
-                attributes=list(record.attributes),
-                noise=record.noise,
-                sigma=record.scale if record.noise == "gaussian" else None,
-                scale=record.scale if record.noise == "laplace" else None,
-                rho=units_to_rho(record.rho_units),
-                values=measurement_service.decoded_values(record),
-                details=record.details,
-                created_at=record.created_at,
-                status=record.status,  # type: ignore[arg-type]
-                quarantine_reason=record.quarantine_reason,
-            )
-            for record in measurement_service.list_for_dataset(session, dataset_id)
-        ]
+        records = measurement_service.list_for_dataset(session, dataset_id)
+    # Decoded with the connection back in the pool: a dataset can have many releases.
+    return [
+        MeasurementOut(
+            id=record.id,
+            job_id=record.job_id,
+            attributes=list(record.attributes),
+            noise=record.noise,
+            sigma=record.scale if record.noise == "gaussian" else None,
+            scale=record.scale if record.noise == "laplace" else None,
+            rho=units_to_rho(record.rho_units),
+            values=measurement_service.decoded_values(record),
+            details=record.details,
+            created_at=record.created_at,
+            status=record.status,  # type: ignore[arg-type]
+            quarantine_reason=record.quarantine_reason,
+        )
+        for record in records
+    ]

@@ -7,14 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, status
 from pydantic import BeforeValidator, ConfigDict, Field
-from sqlalchemy.orm import Session
 
-from app.api.deps import CurrentTenant, SessionDep, SettingsDep
+from app.api.concurrency import write_endpoint
+from app.api.deps import CurrentTenant, DatabaseDep, SettingsDep
 from app.api.routers.measurements import IdempotencyKey, JobAccepted, MarginalIn
 from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
 from app.api.types import NumberRange, ResourceId
 from app.config import Settings
-from app.db import Tenant
+from app.db import Database, Tenant
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 
@@ -79,35 +79,37 @@ class Submission:
     """What every mechanism route takes besides its body: the unit of work, the
     settings, the paying tenant and the request's idempotency key."""
 
-    session: Session
+    database: Database
     settings: Settings
     tenant: Tenant
     idempotency_key: str | None
 
     def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted:
-        job, charge = mechanism_service.submit(
-            self.session,
-            kind=kind,
-            tenant_id=self.tenant.id,
-            dataset_id=dataset_id,
-            settings=self.settings,
-            rho_units_total=body.required_units(rounding="up"),
-            workload=body.workload,
-            max_model_cells=body.max_model_cells,
-            rounds=getattr(body, "rounds", None),
-            idempotency_key=self.idempotency_key,
-            body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
-        )
-        return JobAccepted.of(job, charge)
+        rho_units_total = body.required_units(rounding="up")  # before the write transaction
+        with self.database.unit_of_work() as session:
+            job, charge = mechanism_service.submit(
+                session,
+                kind=kind,
+                tenant_id=self.tenant.id,
+                dataset_id=dataset_id,
+                settings=self.settings,
+                rho_units_total=rho_units_total,
+                workload=body.workload,
+                max_model_cells=body.max_model_cells,
+                rounds=getattr(body, "rounds", None),
+                idempotency_key=self.idempotency_key,
+                body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
+            )
+            return JobAccepted.of(job, charge)
 
 
-def _submission(
-    session: SessionDep,
+async def _submission(
+    database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
     idempotency_key: IdempotencyKey = None,
 ) -> Submission:
-    return Submission(session, settings, tenant, idempotency_key)
+    return Submission(database, settings, tenant, idempotency_key)
 
 
 SubmissionDep = Annotated[Submission, Depends(_submission)]
@@ -116,6 +118,7 @@ SubmissionDep = Annotated[Submission, Depends(_submission)]
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
+@write_endpoint
 def run_aim(dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep) -> JobAccepted:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
     return submission.submit("aim", dataset_id, body)
@@ -124,6 +127,7 @@ def run_aim(dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep)
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
+@write_endpoint
 def run_mwem(dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep) -> JobAccepted:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
     return submission.submit("mwem", dataset_id, body)

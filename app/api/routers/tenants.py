@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
+from app.api.concurrency import write_endpoint
+from app.api.deps import AdminAuth, DatabaseDep
 from app.api.schemas import TenantCreate, TenantCreated, TenantOut, error_responses
 from app.services import tenants as tenant_service
 
@@ -17,13 +18,16 @@ router = APIRouter(prefix="/v1/tenants", tags=["tenants (admin)"])
     response_model=TenantCreated,
     responses=error_responses({409: "A tenant with this name exists."}),
 )
-def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) -> TenantCreated:
+@write_endpoint
+def create_tenant(body: TenantCreate, database: DatabaseDep, _admin: AdminAuth) -> TenantCreated:
     """Create a tenant. The response holds its API key; it is never shown again."""
-    tenant, api_key = tenant_service.create_tenant(session, name=body.name)
-    return TenantCreated(**TenantOut.of(tenant).model_dump(), api_key=api_key)
+    with database.unit_of_work() as session:
+        tenant, api_key = tenant_service.create_tenant(session, name=body.name)
+        return TenantCreated(**TenantOut.of(tenant).model_dump(), api_key=api_key)
 
 
 @router.get("", response_model=list[TenantOut])
-def list_tenants(session: ReadSessionDep, _admin: AdminAuth) -> list[TenantOut]:
+def list_tenants(database: DatabaseDep, _admin: AdminAuth) -> list[TenantOut]:
     """Every tenant, oldest first (keys are not shown)."""
-    return [TenantOut.of(tenant) for tenant in tenant_service.list_tenants(session)]
+    with database.read_only() as session:
+        return [TenantOut.of(tenant) for tenant in tenant_service.list_tenants(session)]
