@@ -178,7 +178,7 @@ class Plan:
 
 
 async def run_clients(args: argparse.Namespace, world: dict[str, Any]) -> dict[str, Any]:
-    url = httpx.URL(args.url)
+    urls = [httpx.URL(u) for u in args.url]
     deadline = time.perf_counter() + args.seconds
     latencies: dict[str, list[float]] = defaultdict(list)
     kinds: dict[str, list[float]] = defaultdict(list)
@@ -187,13 +187,15 @@ async def run_clients(args: argparse.Namespace, world: dict[str, Any]) -> dict[s
     timeouts: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
     accepted: list[str] = []
-    lost: list[tuple[str, bytes, str, str]] = []  # (target, body, key, api key): answer lost
+    # (url, target, body, key, api key) of measurements whose answer was lost
+    lost: list[tuple[str, str, bytes, str, str]] = []
 
     async def client(index: int) -> None:
         rng = random.Random(args.seed * 100_000 + index)
         tenant = index % len(world["keys"])
         plan = Plan(world, rng, owns_aim=tenant == 0)
         api_key = world["keys"][tenant]
+        url = urls[index % len(urls)]
         connection = Connection(url.host, url.port or 80, f"Bearer {api_key}")
         while time.perf_counter() < deadline:
             kind, route, method, target, body = plan.next()
@@ -208,13 +210,13 @@ async def run_clients(args: argparse.Namespace, world: dict[str, Any]) -> dict[s
                 timeouts[route] += 1
                 await connection.close()
                 if key:
-                    lost.append((target, body, key, api_key))
+                    lost.append((str(url), target, body, key, api_key))
                 status = None
             except (OSError, ConnectionError, asyncio.IncompleteReadError, ValueError):
                 dropped[route] += 1
                 await connection.close()
                 if key:
-                    lost.append((target, body, key, api_key))
+                    lost.append((str(url), target, body, key, api_key))
                 status = None
             if status is None:
                 continue
@@ -246,10 +248,10 @@ async def run_clients(args: argparse.Namespace, world: dict[str, Any]) -> dict[s
     }
 
 
-def settle_lost(args: argparse.Namespace, lost: list[tuple[str, bytes, str, str]]) -> list[str]:
+def settle_lost(lost: list[tuple[str, str, bytes, str, str]]) -> list[str]:
     """Replay every measurement whose answer was lost, with its key, until answered."""
     settled = []
-    for target, body, key, api_key in lost:
+    for url, target, body, key, api_key in lost:
         headers = {
             "Authorization": f"Bearer {api_key}",
             "Idempotency-Key": key,
@@ -257,7 +259,9 @@ def settle_lost(args: argparse.Namespace, lost: list[tuple[str, bytes, str, str]
         }
         for _attempt in range(20):
             try:
-                response = httpx.post(args.url + target, content=body, headers=headers, timeout=60)
+                response = httpx.post(
+                    url.rstrip("/") + target, content=body, headers=headers, timeout=60
+                )
             except httpx.HTTPError:
                 time.sleep(1)
                 continue
@@ -272,7 +276,7 @@ def settle_lost(args: argparse.Namespace, lost: list[tuple[str, bytes, str, str]
 def check_ledger(args: argparse.Namespace, world: dict[str, Any], charges: list[str]) -> dict:
     admin = {"Authorization": f"Bearer {args.admin_key}"}
     ledger = httpx.get(
-        f"{args.url}/v1/datasets/{world['dataset_id']}/ledger", headers=admin, timeout=120
+        f"{args.url[0]}/v1/datasets/{world['dataset_id']}/ledger", headers=admin, timeout=120
     ).json()
     lines = [Decimal(e["rho_exact"]) for e in ledger if e["kind"] == "charge"]
     refunds = [Decimal(e["rho_exact"]) for e in ledger if e["kind"] == "refund"]
@@ -290,7 +294,12 @@ def check_ledger(args: argparse.Namespace, world: dict[str, Any], charges: list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True)
+    parser.add_argument(
+        "--url",
+        action="append",
+        required=True,
+        help="an API process; repeat for several (clients are spread over them)",
+    )
     parser.add_argument("--admin-key", required=True)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=30)
@@ -302,17 +311,17 @@ def main() -> None:
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]
-    world = setup(args.url, args.admin_key, rows=args.rows, tenants=args.tenants)
-    with httpx.Client(base_url=args.url, timeout=60) as probe:
+    world = setup(args.url[0], args.admin_key, rows=args.rows, tenants=args.tenants)
+    with httpx.Client(base_url=args.url[0], timeout=60) as probe:
         versions_before = probe.get(
             f"/v1/datasets/{world['dataset_id']}/model",
             headers={"Authorization": f"Bearer {world['keys'][0]}"},
         ).json()["version"]
     result = asyncio.run(run_clients(args, world))
-    settled = settle_lost(args, result["lost"])
+    settled = settle_lost(result["lost"])
     ledger = check_ledger(args, world, world["setup_charges"] + result["accepted"] + settled)
     with httpx.Client(
-        base_url=args.url, headers={"Authorization": f"Bearer {world['keys'][0]}"}, timeout=60
+        base_url=args.url[0], headers={"Authorization": f"Bearer {world['keys'][0]}"}, timeout=60
     ) as client:
         aim = client.get(f"/v1/jobs/{world['aim_job_id']}").json()
         version = client.get(f"/v1/datasets/{world['dataset_id']}/model").json()["version"]
@@ -341,6 +350,7 @@ def main() -> None:
             {
                 "label": args.label,
                 "clients": args.clients,
+                "api_processes": len(args.url),
                 "seconds": round(result["elapsed"], 1),
                 "requests": result["total"],
                 "requests_per_second": round(result["total"] / result["elapsed"], 1),
