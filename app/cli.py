@@ -31,12 +31,12 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _worker(_args: argparse.Namespace, settings: Settings) -> int:
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
     from app.worker import run_worker  # lazy: only this command needs the worker
 
     configure_logging(settings.log_level)
-    run_worker(settings)
+    run_worker(settings, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     return 0
 
 
@@ -98,6 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
 
     worker = commands.add_parser("worker", help="run a job worker until interrupted")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve this worker's Prometheus /metrics on PORT (admin key unless "
+        "PRIVQ_METRICS_PUBLIC=true)",
+    )
+    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
     worker.set_defaults(handler=_worker)
 
     demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")

@@ -26,8 +26,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -36,8 +38,9 @@ from typing import Any, Self
 
 from sqlalchemy.exc import OperationalError
 
+from app import metrics
 from app.config import Settings
-from app.db import Database, Job
+from app.db import Database, Job, utcnow
 from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.services import datasets as dataset_service
@@ -45,6 +48,9 @@ from app.services import fits, jobs
 from app.services import measurements as measurement_service
 
 logger = logging.getLogger("privq.worker")
+
+# prometheus-client reads this when first imported: set, it keeps metrics in files there.
+MULTIPROCESS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class LeaseLost(RuntimeError):
@@ -141,6 +147,8 @@ class Worker:
         logger.info(
             "job claimed", extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
         )
+        if job.attempts == 1 and job.started_at is not None:
+            metrics.observe_job_claimed(job.kind, (job.started_at - job.created_at).total_seconds())
         self._last_progress = dict(job.progress or {})
         try:
             with Heartbeat(self, job.id) as heartbeat:
@@ -282,6 +290,7 @@ class Worker:
         logger.info(
             "job succeeded", extra={"job_id": job.id, "model_version": result["model_version"]}
         )
+        self._observe_end(job, "succeeded")
 
     def _fail(self, job: Job, message: str) -> None:
         with self.database.unit_of_work() as session:
@@ -290,6 +299,14 @@ class Worker:
                 return
             refunded = jobs.fail(session, row, message)
         logger.warning("job failed", extra={"job_id": job.id, "refunded_units": refunded})
+        self._observe_end(job, "failed")
+
+    @staticmethod
+    def _observe_end(job: Job, status: str) -> None:
+        if job.started_at is not None:
+            metrics.observe_job_finished(
+                job.kind, status, (utcnow() - job.started_at).total_seconds()
+            )
 
     def _give_back(self, job: Job) -> None:
         try:
@@ -305,15 +322,28 @@ class Worker:
 
 
 def run_worker(
-    settings: Settings, *, once: bool = False, alive: Callable[[], bool] | None = None
+    settings: Settings,
+    *,
+    once: bool = False,
+    alive: Callable[[], bool] | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
     """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle).
 
     SIGTERM raises in the main thread, so the job in hand is given back to the queue
-    at once (not after its lease) before the process exits.
+    at once (not after its lease) before the process exits. With `metrics_port`, the
+    worker serves its own `/metrics` there (`app.metrics_server`).
     """
     database = Database.from_settings(settings)
     worker = Worker(database, settings)
+    stop_metrics: Callable[[], None] | None = None
+    if metrics_port is not None:
+        from app.metrics_server import start_metrics_server
+
+        _server, stop_metrics = start_metrics_server(
+            settings, database, port=metrics_port, host=metrics_host
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -329,6 +359,8 @@ def run_worker(
     except (SystemExit, KeyboardInterrupt):
         pass
     finally:
+        if stop_metrics is not None:
+            stop_metrics()
         database.dispose()
 
 
@@ -343,8 +375,14 @@ def _embedded_main(settings: Settings, parent_pid: int) -> None:
 
 
 def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]:
-    """Start `count` worker processes beside the API; returns the function that stops them."""
+    """Start `count` worker processes beside the API; returns the function that stops them.
+
+    The children write their metrics to a private directory (prometheus-client's
+    multiprocess mode, switched on through the environment they start with) that the
+    API's `/metrics` merges into its own.
+    """
     context = multiprocessing.get_context("spawn")
+    metrics_directory = tempfile.mkdtemp(prefix="privq-worker-metrics-")
     processes = [
         context.Process(
             target=_embedded_main,
@@ -354,8 +392,17 @@ def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]
         )
         for i in range(count)
     ]
-    for process in processes:
-        process.start()
+    previous = os.environ.get(MULTIPROCESS_DIRECTORY_VARIABLE)
+    os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = metrics_directory
+    try:
+        for process in processes:
+            process.start()  # a spawned child copies the environment as it is now
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROCESS_DIRECTORY_VARIABLE, None)
+        else:
+            os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = previous
+    metrics.add_child_directory(metrics_directory)
     logger.info("embedded workers started", extra={"count": count})
 
     def stop() -> None:
@@ -367,5 +414,7 @@ def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
+        metrics.remove_child_directory(metrics_directory)
+        shutil.rmtree(metrics_directory, ignore_errors=True)
 
     return stop

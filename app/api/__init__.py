@@ -17,8 +17,10 @@ from fastapi import APIRouter, FastAPI
 
 from app.api import routers as routers_package
 from app.api.deps import TenantKeyCache, make_loop_read_engine
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
+from app.api.openapi import api_routes, install_openapi
 from app.config import Settings, get_settings
 from app.db import Database
 from app.logs import configure_logging
@@ -85,6 +87,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         version="0.1.0",
         summary="Privacy-budgeted answers over sensitive tabular data (zCDP + Private-PGM).",
         lifespan=lifespan,
+        # The CDN-loaded pages FastAPI would add are replaced by offline ones (app.api.docs).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.database = database
@@ -97,6 +102,9 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         max_body_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
     )
     app.add_middleware(ObservabilityMiddleware)  # outermost: sees every response
-    for router in discover_routers():
+    routers = discover_routers()
+    for router in routers:
         app.include_router(router)
+    install_docs(app)
+    install_openapi(app, api_routes(routers))
     return app

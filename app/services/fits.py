@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import Database, FitLock, utcnow
+from app.metrics import observe_fit
 from app.pgm.domain import Domain
 from app.pgm.estimation import FitRecord, fit
 from app.pgm.model import GraphicalModel
@@ -139,6 +140,7 @@ def fit_now(
         callback=on_iteration,
         max_model_cells=options.max_model_cells,
     )
+    observe_fit(record.solver, record.seconds, record.iterations)
     with database.unit_of_work() as session:
         lock = session.scalars(
             select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()

@@ -178,7 +178,7 @@ def charge(
     )
     session.add(entry)
     session.flush()
-    record_pending_ledger_entry(session, "charge", units_to_rho(rho_units))
+    record_pending_ledger_entry(session, "charge", units_to_rho(rho_units), dataset_id)
     return ChargeResult(
         entry_id=entry.id,
         grant_id=grant.id,
@@ -232,7 +232,7 @@ def refund(
         )
     )
     session.flush()
-    record_pending_ledger_entry(session, "refund", -units_to_rho(amount))
+    record_pending_ledger_entry(session, "refund", -units_to_rho(amount), first_charge.dataset_id)
     return amount
 
 

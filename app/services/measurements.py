@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from app.db import Job, MeasurementRecord, new_id
 from app.errors import InvalidRequest
 from app.ingest import pack_column, unpack_column
+from app.metrics import record_pending_measurement
 from app.pgm.domain import Domain
 from app.pgm.estimation import Measurement
 from app.pgm.junction_tree import model_cells
@@ -319,6 +320,7 @@ def store(
     )
     session.add(record)
     session.flush()
+    record_pending_measurement(session, dataset_id, noise_kind)
     return record
 
 

@@ -1,14 +1,13 @@
-"""Operations: health check (database reachable) and Prometheus metrics."""
+"""Operations: health check (database reachable). Metrics are in `metrics.py`."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 from sqlalchemy import text
 
 from app.api.deps import DatabaseDep
 from app.api.schemas import ErrorOut, HealthOut
 from app.errors import ServiceUnavailable
-from app.metrics import CONTENT_TYPE, render_latest
 
 router = APIRouter(tags=["operations"])
 
@@ -26,9 +25,3 @@ def healthz(database: DatabaseDep) -> HealthOut:
     except Exception:
         raise ServiceUnavailable("the database is unreachable") from None
     return HealthOut(status="ok", database="ok")
-
-
-@router.get("/metrics", response_class=Response)
-def metrics() -> Response:
-    """Prometheus text exposition: request counts and latencies, ρ charged."""
-    return Response(content=render_latest(), media_type=CONTENT_TYPE)
