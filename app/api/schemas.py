@@ -158,3 +158,71 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+class MarginalEstimateOut(BaseModel):
+    attributes: list[str]
+    cells: int
+    expected_abs_error_per_cell: float = Field(description="E|noise| on one count.")
+    expected_l1_error: float = Field(description="Expected L1 error of the marginal, in counts.")
+
+
+class DryRunOut(BaseModel):
+    """What a measurement or mechanism request would cost and how accurate it would be."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "dry_run": True,
+                    "rho": 0.1,
+                    "rho_exact": "0.1",
+                    "delta": 1e-6,
+                    "epsilon": 2.64,
+                    "rho_remaining_before": 1.0,
+                    "rho_remaining": 0.9,
+                    "rho_remaining_exact": "0.9",
+                    "affordable": True,
+                    "noise": "gaussian",
+                    "sigma": 3.1623,
+                    "marginals": [
+                        {
+                            "attributes": ["age", "sex"],
+                            "cells": 10,
+                            "expected_abs_error_per_cell": 2.523,
+                            "expected_l1_error": 25.23,
+                        }
+                    ],
+                    "model_cells": 10,
+                }
+            ]
+        }
+    )
+    dry_run: Literal[True]
+    rho: float = Field(description="The ρ the request would be charged.")
+    rho_exact: str
+    delta: float
+    epsilon: float = Field(description="ε of that ρ alone at `delta` (tight CKS conversion).")
+    rho_remaining_before: float
+    rho_remaining: float = Field(description="What would remain after it (negative: short).")
+    rho_remaining_exact: str
+    affordable: bool = Field(description="False if the grant has less than `rho` left.")
+    noise: Literal["gaussian", "laplace"]
+    sigma: float | None = None
+    scale: float | None = None
+    marginals: list[MarginalEstimateOut] = Field(
+        description="The marginals measured (a mechanism: its workload, if it measures them)."
+    )
+    model_cells: int | None = Field(
+        default=None, description="Cells of the dataset's model once these are measured."
+    )
+    mechanism: str | None = None
+    epsilon_per_selection: float | None = Field(
+        default=None, description="A mechanism's ε per exponential-mechanism selection."
+    )
+    rounds: int | None = Field(default=None, description="MWEM: its number of rounds.")
+    rounds_at_most: int | None = Field(default=None, description="AIM: T, at most this many.")
+    oneway: list[MarginalEstimateOut] | None = Field(
+        default=None, description="AIM: the one-way marginals it measures first."
+    )
+    note: str | None = None

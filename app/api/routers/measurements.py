@@ -5,14 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, status
+from fastapi import APIRouter, Header, Query, status
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
-from app.api.schemas import ErrorOut, RequestBody
-from app.db import Job
+from app.api.schemas import DryRunOut, ErrorOut, RequestBody
+from app.config import Settings
+from app.db import Dataset, Job
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
+from app.services import dry_run as dry_run_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services.ledger import ChargeResult
@@ -129,26 +133,34 @@ IdempotencyKey = Annotated[
 ]
 
 
-@router.post(
-    "/v1/datasets/{dataset_id}/measurements",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobAccepted,
-    responses={
-        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-        409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-        422: {"model": ErrorOut, "description": "Invalid marginals, noise, or model too large."},
-    },
-)
-def create_measurement(
+DryRunFlag = Annotated[
+    bool,
+    Query(
+        description="Only say what the request would cost and how accurate it would be: "
+        "nothing is charged, no job is made (200 instead of 202).",
+        examples=[True],
+    ),
+]
+DryRunDelta = Annotated[
+    float,
+    Query(gt=0, lt=1, description="δ for the dry run's ε (tight CKS conversion).", examples=[1e-6]),
+]
+DEFAULT_DELTA = 1e-6
+
+
+def dry_run_response(estimate: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(DryRunOut(**estimate).model_dump(mode="json", exclude_none=True))
+
+
+def _plan(
+    session: Session,
     dataset_id: str,
     body: MeasurementRequest,
-    session: SessionDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-) -> JobAccepted:
-    """Charge ρ and queue a job that measures the marginals with exact discrete noise."""
-    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant.id)
+    settings: Settings,
+    tenant_id: str,
+) -> tuple[Dataset, measurement_service.MeasurementPlan]:
+    """The visible dataset and the validated, priced request (no writes)."""
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     domain = dataset_service.dataset_schema(dataset).domain()
     given_scale = body.sigma if body.noise == "gaussian" else body.scale
     wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
@@ -163,6 +175,52 @@ def create_measurement(
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
     )
+    return dataset, plan
+
+
+@router.post(
+    "/v1/datasets/{dataset_id}/measurements",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobAccepted,
+    responses={
+        200: {"model": DryRunOut, "description": "`dry_run=true`: cost and expected error."},
+        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
+        409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
+        422: {"model": ErrorOut, "description": "Invalid marginals, noise, or model too large."},
+    },
+)
+def create_measurement(
+    dataset_id: str,
+    body: MeasurementRequest,
+    session: SessionDep,
+    database: DatabaseDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRunFlag = False,
+    delta: DryRunDelta = DEFAULT_DELTA,
+) -> JobAccepted | JSONResponse:
+    """Charge ρ and queue a job that measures the marginals with exact discrete noise.
+
+    With `dry_run=true`: nothing is charged and no job is made; the answer (200) is the
+    cost in ρ and in ε at `delta`, the noise scale, each marginal's expected error in
+    counts, and the ρ that would remain.
+    """
+    if dry_run:
+        with database.read_only() as read_session:
+            dataset, plan = _plan(read_session, dataset_id, body, settings, tenant.id)
+            estimate = dry_run_service.measurement(
+                read_session,
+                tenant_id=tenant.id,
+                dataset_id=dataset_id,
+                domain=dataset_service.dataset_schema(dataset).domain(),
+                plan=plan,
+                delta=delta,
+                max_model_cells=settings.max_model_cells,
+            )
+        return dry_run_response(estimate)
+    dataset, plan = _plan(session, dataset_id, body, settings, tenant.id)
+    domain = dataset_service.dataset_schema(dataset).domain()
     job, charge = measurement_service.submit(
         session,
         tenant_id=tenant.id,
