@@ -65,16 +65,25 @@ class GrantOut(BaseModel):
     dataset_id: str
     rho_limit: float
     rho_limit_exact: str
+    rho_spent: float = Field(description="Net ρ charged on the grant (charges less refunds).")
+    rho_spent_exact: str
+    rho_remaining: float
+    rho_remaining_exact: str
     created_at: datetime
 
     @classmethod
-    def of(cls, grant: Grant) -> GrantOut:
+    def of(cls, grant: Grant, *, spent_units: int = 0) -> GrantOut:
+        remaining = grant.rho_limit_units - spent_units
         return cls(
             id=grant.id,
             tenant_id=grant.tenant_id,
             dataset_id=grant.dataset_id,
             rho_limit=units_to_rho(grant.rho_limit_units),
             rho_limit_exact=units_to_decimal_str(grant.rho_limit_units),
+            rho_spent=units_to_rho(spent_units),
+            rho_spent_exact=units_to_decimal_str(spent_units),
+            rho_remaining=units_to_rho(remaining),
+            rho_remaining_exact=units_to_decimal_str(remaining),
             created_at=grant.created_at,
         )
 

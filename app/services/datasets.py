@@ -11,7 +11,8 @@ like a missing one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -22,6 +23,7 @@ from app.db import Dataset, DatasetColumn, Grant
 from app.errors import InvalidRequest, NotFound, PrivqError
 from app.ingest import IngestError, encode_csv, pack_column, unpack_column
 from app.schema import DatasetSchema, SchemaError, parse_schema
+from app.services.pages import Page, page
 
 MAX_DATASET_NAME_LENGTH = 200
 
@@ -113,14 +115,24 @@ def get_dataset(session: Session, dataset_id: str, *, tenant_id: str | None = No
     return dataset
 
 
-def list_datasets(session: Session, *, tenant_id: str | None = None) -> Sequence[Dataset]:
-    """Every dataset, or those the tenant holds a grant on; oldest first."""
+def list_datasets(
+    session: Session, *, tenant_id: str | None = None, limit: int, cursor: str | None = None
+) -> Page[Dataset]:
+    """One page of every dataset, or of those the tenant holds a grant on; oldest first."""
     query = select(Dataset)
     if tenant_id is not None:
         query = query.join(Grant, Grant.dataset_id == Dataset.id).where(
             Grant.tenant_id == tenant_id
         )
-    return session.scalars(query.order_by(Dataset.created_at, Dataset.id)).all()
+    return page(
+        session,
+        query,
+        keys=(Dataset.created_at, Dataset.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda dataset: (dataset.created_at, dataset.id),
+    )
 
 
 def dataset_schema(dataset: Dataset) -> DatasetSchema:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.db import Dataset, Grant, Tenant
+from app.db import Dataset, Grant, LedgerEntry, Tenant
 from app.errors import AlreadyExists, InvalidRequest, NotFound, RhoTotalExceeded
+from app.services.pages import Page, page
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 
@@ -61,7 +63,31 @@ def create_grant(session: Session, *, dataset_id: str, tenant_id: str, rho_units
     return grant
 
 
-def list_grants(session: Session, *, dataset_id: str) -> Sequence[Grant]:
-    return session.scalars(
-        select(Grant).where(Grant.dataset_id == dataset_id).order_by(Grant.created_at, Grant.id)
+def spent_by_grant(session: Session, grant_ids: Iterable[str]) -> dict[str, int]:
+    """Net ρ units charged on each grant (charges less refunds); 0 for grants with none."""
+    ids = list(grant_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(LedgerEntry.grant_id, func.sum(LedgerEntry.rho_units))
+        .where(LedgerEntry.grant_id.in_(ids))
+        .group_by(LedgerEntry.grant_id)
     ).all()
+    spent = {grant_id: 0 for grant_id in ids}
+    spent.update({grant_id: int(total or 0) for grant_id, total in rows})
+    return spent
+
+
+def list_grants(
+    session: Session, *, dataset_id: str, limit: int, cursor: str | None = None
+) -> Page[Grant]:
+    """One page of the dataset's grants, oldest first."""
+    return page(
+        session,
+        select(Grant).where(Grant.dataset_id == dataset_id),
+        keys=(Grant.created_at, Grant.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda grant: (grant.created_at, grant.id),
+    )

@@ -10,7 +10,6 @@ the caller's unit of work commits it together with whatever else the request wro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.db import SQLITE_BEGIN_OPTION, Grant, LedgerEntry
 from app.errors import IdempotencyConflict, InsufficientBudget, InvalidRequest, NotFound
 from app.metrics import record_pending_ledger_entry
+from app.services.pages import Page, page
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
@@ -237,10 +237,25 @@ def refund(
 
 
 def entries(
-    session: Session, *, dataset_id: str, tenant_id: str | None = None
-) -> Sequence[LedgerEntry]:
-    """Every entry of a dataset (or of one tenant's grant on it), oldest first."""
-    query = select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id)
+    session: Session,
+    *,
+    dataset_id: str | None = None,
+    tenant_id: str | None = None,
+    limit: int,
+    cursor: str | None = None,
+) -> Page[LedgerEntry]:
+    """One page of entries, oldest first: all, or of a dataset, or of a tenant, or both."""
+    query = select(LedgerEntry)
+    if dataset_id is not None:
+        query = query.where(LedgerEntry.dataset_id == dataset_id)
     if tenant_id is not None:
         query = query.where(LedgerEntry.tenant_id == tenant_id)
-    return session.scalars(query.order_by(LedgerEntry.id)).all()
+    return page(
+        session,
+        query,
+        keys=(LedgerEntry.id,),
+        kinds=(int,),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda entry: (entry.id,),
+    )

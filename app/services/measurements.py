@@ -38,6 +38,7 @@ from app.pgm.junction_tree import model_cells
 from app.privacy import noise
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
+from app.services.pages import Page, page
 from app.services.rho import UNITS_PER_RHO, rho_units, rho_units_ceil, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
@@ -385,6 +386,21 @@ def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementR
         .where(MeasurementRecord.dataset_id == dataset_id)
         .order_by(MeasurementRecord.id)
     ).all()
+
+
+def page_for_dataset(
+    session: Session, dataset_id: str, *, limit: int, cursor: str | None = None
+) -> Page[MeasurementRecord]:
+    """One page of the dataset's measurements, oldest first."""
+    return page(
+        session,
+        select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id),
+        keys=(MeasurementRecord.id,),
+        kinds=(int,),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda record: (record.id,),
+    )
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.db import ServiceSecret, Tenant
 from app.errors import AlreadyExists, InvalidRequest, NotFound
+from app.services.pages import Page, page
 
 TENANT_KEY_PREFIX = "pq_"
 ADMIN_KEY_PREFIX = "pqadmin_"
@@ -63,8 +64,17 @@ def create_tenant(session: Session, *, name: str) -> tuple[Tenant, str]:
     return tenant, api_key
 
 
-def list_tenants(session: Session) -> Sequence[Tenant]:
-    return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.name)).all()
+def list_tenants(session: Session, *, limit: int, cursor: str | None = None) -> Page[Tenant]:
+    """One page of tenants, oldest first."""
+    return page(
+        session,
+        select(Tenant),
+        keys=(Tenant.created_at, Tenant.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda tenant: (tenant.created_at, tenant.id),
+    )
 
 
 def get_tenant(session: Session, tenant_id: str) -> Tenant:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import PrincipalDep, ReadSessionDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
@@ -64,15 +65,28 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses={
+        200: {"headers": LINK_HEADER_DOC},
+        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
+    },
 )
 def read_ledger(
-    dataset_id: str, session: ReadSessionDep, principal: PrincipalDep
+    dataset_id: str,
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
     tenant_id = None if principal.tenant is None else principal.tenant.id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-    return [
-        LedgerEntryOut.of(entry)
-        for entry in ledger.entries(session, dataset_id=dataset_id, tenant_id=tenant_id)
-    ]
+    found = ledger.entries(
+        session,
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        limit=page_request.limit,
+        cursor=page_request.cursor,
+    )
+    link_next(request, response, found.next_cursor)
+    return [LedgerEntryOut.of(entry) for entry in found.items]

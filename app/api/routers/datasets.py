@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
 
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import DatasetOut, ErrorOut
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
@@ -70,14 +71,26 @@ def upload_dataset(
     return DatasetOut.of(dataset, for_admin=True)
 
 
-@router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
-def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
+@router.get(
+    "",
+    response_model=list[DatasetOut],
+    response_model_exclude_none=True,
+    responses={200: {"headers": LINK_HEADER_DOC}},
+)
+def list_datasets(
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
+) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
     tenant_id = None if principal.tenant is None else principal.tenant.id
-    return [
-        DatasetOut.of(dataset, for_admin=principal.is_admin)
-        for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
-    ]
+    found = dataset_service.list_datasets(
+        session, tenant_id=tenant_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    link_next(request, response, found.next_cursor)
+    return [DatasetOut.of(dataset, for_admin=principal.is_admin) for dataset in found.items]
 
 
 @router.get(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
+from app.api.openapi import error_responses
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import ErrorOut, GrantCreate, GrantOut
+from app.errors import NotFound
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -32,10 +35,27 @@ def create_grant(
     return GrantOut.of(grant)
 
 
-@router.get("", response_model=list[GrantOut])
-def list_grants(dataset_id: str, session: ReadSessionDep, _admin: AdminAuth) -> list[GrantOut]:
-    """Every grant on this dataset."""
+@router.get(
+    "",
+    response_model=list[GrantOut],
+    responses={
+        200: {"headers": LINK_HEADER_DOC},
+        **error_responses(NotFound, not_found="No such dataset."),
+    },
+)
+def list_grants(
+    dataset_id: str,
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    _admin: AdminAuth,
+    page_request: PageDep,
+) -> list[GrantOut]:
+    """Every grant on this dataset with its limit, spent and remaining ρ, oldest first."""
     dataset_service.get_dataset(session, dataset_id)
-    return [
-        GrantOut.of(grant) for grant in grant_service.list_grants(session, dataset_id=dataset_id)
-    ]
+    found = grant_service.list_grants(
+        session, dataset_id=dataset_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    spent = grant_service.spent_by_grant(session, (grant.id for grant in found.items))
+    link_next(request, response, found.next_cursor)
+    return [GrantOut.of(grant, spent_units=spent[grant.id]) for grant in found.items]

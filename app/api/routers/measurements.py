@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import DryRunOut, ErrorOut, RequestBody
 from app.config import Settings
 from app.db import Dataset, Job
@@ -253,15 +254,27 @@ def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> Job
 @router.get(
     "/v1/datasets/{dataset_id}/measurements",
     response_model=list[MeasurementOut],
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses={
+        200: {"headers": LINK_HEADER_DOC},
+        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
+    },
 )
 def list_measurements(
-    dataset_id: str, database: DatabaseDep, principal: PrincipalDep
+    dataset_id: str,
+    request: Request,
+    response: Response,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
     tenant_id = None if principal.tenant is None else principal.tenant.id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+        found = measurement_service.page_for_dataset(
+            session, dataset_id, limit=page_request.limit, cursor=page_request.cursor
+        )
+        link_next(request, response, found.next_cursor)
         return [
             MeasurementOut(
                 id=record.id,
@@ -275,5 +288,5 @@ def list_measurements(
                 details=record.details,
                 created_at=record.created_at,
             )
-            for record in measurement_service.list_for_dataset(session, dataset_id)
+            for record in found.items
         ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import ErrorOut, TenantCreate, TenantCreated, TenantOut
 from app.services import tenants as tenant_service
 
@@ -23,7 +24,17 @@ def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) ->
     return TenantCreated(**TenantOut.of(tenant).model_dump(), api_key=api_key)
 
 
-@router.get("", response_model=list[TenantOut])
-def list_tenants(session: ReadSessionDep, _admin: AdminAuth) -> list[TenantOut]:
-    """Every tenant, oldest first (keys are not shown)."""
-    return [TenantOut.of(tenant) for tenant in tenant_service.list_tenants(session)]
+@router.get("", response_model=list[TenantOut], responses={200: {"headers": LINK_HEADER_DOC}})
+def list_tenants(
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    _admin: AdminAuth,
+    page_request: PageDep,
+) -> list[TenantOut]:
+    """Every tenant, oldest first, a page at a time (keys are not shown)."""
+    found = tenant_service.list_tenants(
+        session, limit=page_request.limit, cursor=page_request.cursor
+    )
+    link_next(request, response, found.next_cursor)
+    return [TenantOut.of(tenant) for tenant in found.items]
