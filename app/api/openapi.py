@@ -1,6 +1,6 @@
 """The OpenAPI document: every route with a summary, its error codes and examples.
 
-- `error_responses(NotFound, InsufficientBudget, …)` documents a route's refusals from
+- `refusals(NotFound, InsufficientBudget, …)` documents a route's refusals from
   the typed exceptions it raises: one response per status, listing each `code` with
   its docstring and an example body. Routers use it instead of writing the
   descriptions by hand, so the document names the same codes the service sends.
@@ -36,7 +36,7 @@ def _example(code: str, message: str, **details: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, **details}}
 
 
-def error_responses(*errors: type[PrivqError], **notes: str) -> dict[int | str, dict[str, Any]]:
+def refusals(*errors: type[PrivqError], **notes: str) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a route that may refuse with these errors.
 
     `notes` adds a sentence per code (by code name) where the docstring is not enough,
@@ -122,13 +122,13 @@ def _auth_responses(route: APIRoute) -> dict[str, dict[str, Any]]:
     added: dict[str, dict[str, Any]] = {}
     if deps.get_principal in calls:
         added.update(
-            {str(k): v for k, v in error_responses(Unauthorized).items()},
+            {str(k): v for k, v in refusals(Unauthorized).items()},
         )
     if deps.require_admin in calls:
         added.update(
             {
                 str(k): v
-                for k, v in error_responses(
+                for k, v in refusals(
                     Forbidden, forbidden="A tenant key was sent; this route needs the admin key."
                 ).items()
             }
@@ -137,7 +137,7 @@ def _auth_responses(route: APIRoute) -> dict[str, dict[str, Any]]:
         added.update(
             {
                 str(k): v
-                for k, v in error_responses(
+                for k, v in refusals(
                     Forbidden,
                     forbidden="The admin key was sent; it holds no budget, use a tenant's key.",
                 ).items()

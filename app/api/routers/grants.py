@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
-from app.api.openapi import error_responses
+from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import ErrorOut, GrantCreate, GrantOut
 from app.errors import NotFound
@@ -40,7 +40,7 @@ def create_grant(
     response_model=list[GrantOut],
     responses={
         200: {"headers": LINK_HEADER_DOC},
-        **error_responses(NotFound, not_found="No such dataset."),
+        **refusals(NotFound, not_found="No such dataset."),
     },
 )
 def list_grants(

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
 from app.api.deps import DatabaseDep, SettingsDep, bearer_scheme, get_principal, require_admin
-from app.api.openapi import error_responses
+from app.api.openapi import refusals
 from app.errors import Forbidden, Unauthorized
 from app.metrics import CONTENT_TYPE, render_latest
 from app.services.gauges import DatabaseGauges
@@ -43,7 +43,7 @@ async def metrics_access(
             "content": {"text/plain": {"example": 'privq_jobs{status="queued"} 3.0\n'}},
             "description": "Prometheus text format 0.0.4.",
         },
-        **error_responses(
+        **refusals(
             Unauthorized,
             Forbidden,
             forbidden="A tenant key was sent; metrics need the admin key.",
