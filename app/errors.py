@@ -79,6 +79,12 @@ class RhoTotalExceeded(Conflict):
     code = "rho_total_exceeded"
 
 
+class BelowSpent(Conflict):
+    """A grant's limit cannot be lowered below what it has already spent."""
+
+    code = "rho_below_spent"
+
+
 class IdempotencyConflict(Conflict):
     """This Idempotency-Key was already used for a different request."""
 

@@ -59,6 +59,14 @@ class GrantCreate(RequestBody):
     )
 
 
+class GrantUpdate(RequestBody):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"rho": 1.5}]})
+    rho: float | str = Field(
+        description="The grant's new ρ limit: not below what it has spent, and within the "
+        "dataset's rho_total together with the other grants."
+    )
+
+
 class GrantOut(BaseModel):
     id: str
     tenant_id: str
@@ -133,6 +141,8 @@ class BudgetOut(BaseModel):
 class LedgerEntryOut(BaseModel):
     id: int
     tenant_id: str
+    dataset_id: str
+    grant_id: str
     kind: Literal["charge", "refund"]
     rho: float = Field(description="Positive for a charge, negative for a refund.")
     rho_exact: str
@@ -145,6 +155,8 @@ class LedgerEntryOut(BaseModel):
         return cls(
             id=entry.id,
             tenant_id=entry.tenant_id,
+            dataset_id=entry.dataset_id,
+            grant_id=entry.grant_id,
             kind=entry.kind,  # type: ignore[arg-type]
             rho=units_to_rho(entry.rho_units),
             rho_exact=units_to_decimal_str(entry.rho_units),

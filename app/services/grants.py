@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db import Dataset, Grant, LedgerEntry, Tenant
-from app.errors import AlreadyExists, InvalidRequest, NotFound, RhoTotalExceeded
+from app.errors import AlreadyExists, BelowSpent, InvalidRequest, NotFound, RhoTotalExceeded
 from app.services.pages import Page, page
 from app.services.rho import units_to_decimal_str, units_to_rho
 
@@ -91,3 +91,56 @@ def list_grants(
         cursor=cursor,
         key_of=lambda grant: (grant.created_at, grant.id),
     )
+
+
+def get_grant(
+    session: Session, *, dataset_id: str, grant_id: str, for_update: bool = False
+) -> Grant:
+    """The grant `grant_id` on `dataset_id`; NotFound if either is missing or they differ."""
+    query = select(Grant).where(Grant.id == grant_id, Grant.dataset_id == dataset_id)
+    if for_update:
+        query = query.with_for_update()
+    grant = session.scalars(query).one_or_none()
+    if grant is None:
+        raise NotFound("grant not found")
+    return grant
+
+
+def set_limit(session: Session, *, dataset_id: str, grant_id: str, rho_units: int) -> Grant:
+    """Raise or lower a grant's limit; never commits.
+
+    409 `rho_below_spent` below what the grant has spent (a release cannot be taken
+    back); 409 `rho_total_exceeded` if the dataset's grants would then sum past its
+    rho_total. The dataset row, then the grant row, are locked, in the same order as
+    `create_grant` and `ledger.charge`, so concurrent charges and changes serialise.
+    """
+    if rho_units <= 0:
+        raise InvalidRequest("rho must be positive")
+    dataset = session.scalars(
+        select(Dataset).where(Dataset.id == dataset_id).with_for_update()
+    ).one_or_none()
+    if dataset is None:
+        raise NotFound("dataset not found")
+    grant = get_grant(session, dataset_id=dataset_id, grant_id=grant_id, for_update=True)
+    spent = spent_by_grant(session, [grant.id])[grant.id]
+    if rho_units < spent:
+        raise BelowSpent(
+            f"this grant has spent rho={units_to_decimal_str(spent)}; its limit cannot go "
+            f"below that (asked rho={units_to_decimal_str(rho_units)})",
+            rho_spent=units_to_rho(spent),
+            rho_spent_exact=units_to_decimal_str(spent),
+        )
+    if dataset.rho_total_units is not None and rho_units > grant.rho_limit_units:
+        others = granted_units(session, dataset_id) - grant.rho_limit_units
+        if others + rho_units > dataset.rho_total_units:
+            available = dataset.rho_total_units - others
+            raise RhoTotalExceeded(
+                "the dataset's grants may total at most "
+                f"rho={units_to_decimal_str(dataset.rho_total_units)}; this grant can be "
+                f"raised to at most rho={units_to_decimal_str(max(available, 0))}",
+                rho_total=units_to_rho(dataset.rho_total_units),
+                rho_available=units_to_rho(max(available, 0)),
+            )
+    grant.rho_limit_units = rho_units
+    session.flush()
+    return grant

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from app.db import Job, MeasurementRecord, utcnow
 from app.errors import NotFound
 from app.services import ledger
+from app.services.pages import Page, page
 
 MAX_ATTEMPTS = 3
 ERROR_MESSAGE_LENGTH = 500
@@ -65,6 +66,38 @@ def get(session: Session, job_id: str, *, tenant_id: str | None = None) -> Job:
     if job is None:
         raise NotFound("job not found")
     return job
+
+
+def list_jobs(
+    session: Session,
+    *,
+    tenant_id: str | None = None,
+    dataset_id: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int,
+    cursor: str | None = None,
+) -> Page[Job]:
+    """One page of jobs, newest first; with `tenant_id`, only that tenant's."""
+    query = select(Job)
+    for column, value in (
+        (Job.tenant_id, tenant_id),
+        (Job.dataset_id, dataset_id),
+        (Job.status, status),
+        (Job.kind, kind),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    return page(
+        session,
+        query,
+        keys=(Job.created_at, Job.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        descending=True,
+        key_of=lambda job: (job.created_at, job.id),
+    )
 
 
 def _claimable(now: datetime) -> Any:

@@ -7,8 +7,8 @@ from fastapi import APIRouter, Request, Response, status
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
-from app.api.schemas import ErrorOut, GrantCreate, GrantOut
-from app.errors import NotFound
+from app.api.schemas import ErrorOut, GrantCreate, GrantOut, GrantUpdate
+from app.errors import BelowSpent, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -59,3 +59,26 @@ def list_grants(
     spent = grant_service.spent_by_grant(session, (grant.id for grant in found.items))
     link_next(request, response, found.next_cursor)
     return [GrantOut.of(grant, spent_units=spent[grant.id]) for grant in found.items]
+
+
+@router.patch(
+    "/{grant_id}",
+    response_model=GrantOut,
+    summary="Raise or lower a grant's ρ limit (admin)",
+    responses=refusals(
+        NotFound,
+        BelowSpent,
+        RhoTotalExceeded,
+        not_found="No such dataset, or no such grant on it.",
+    ),
+)
+def update_grant(
+    dataset_id: str, grant_id: str, body: GrantUpdate, session: SessionDep, _admin: AdminAuth
+) -> GrantOut:
+    """Top up or lower a tenant's limit. Never below what the grant has spent (409
+    `rho_below_spent`), never past the dataset's rho_total (409 `rho_total_exceeded`)."""
+    grant = grant_service.set_limit(
+        session, dataset_id=dataset_id, grant_id=grant_id, rho_units=rho_units(body.rho)
+    )
+    spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
+    return GrantOut.of(grant, spent_units=spent)

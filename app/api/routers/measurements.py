@@ -84,6 +84,7 @@ class JobAccepted(BaseModel):
 class JobOut(BaseModel):
     id: str
     dataset_id: str
+    tenant_id: str | None
     kind: str
     status: str
     progress: dict[str, Any] | None
@@ -99,6 +100,7 @@ class JobOut(BaseModel):
         return cls(
             id=job.id,
             dataset_id=job.dataset_id,
+            tenant_id=job.tenant_id,
             kind=job.kind,
             status=job.status,
             progress=job.progress,

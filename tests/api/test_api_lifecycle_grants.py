@@ -1,0 +1,86 @@
+"""Grants over the years: list, top up, lower (never below what is spent); the whole ledger."""
+
+from __future__ import annotations
+
+from conftest import ADMIN_HEADERS
+
+from app.services import ledger
+from app.services.rho import rho_units
+
+
+def charge(database, tenant_id: str, dataset_id: str, rho: str) -> None:
+    with database.unit_of_work() as session:
+        ledger.charge(session, tenant_id=tenant_id, dataset_id=dataset_id, rho_units=rho_units(rho))
+
+
+def test_top_up_and_lower_a_grant(client, api, database) -> None:
+    dataset = api.upload_dataset(rho_total="2")
+    tenant = api.create_tenant()
+    grant = api.grant(dataset["id"], tenant["id"], "0.5")
+    charge(database, tenant["id"], dataset["id"], "0.3")
+    url = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+
+    raised = client.patch(url, json={"rho": "1.25"}, headers=ADMIN_HEADERS)
+    assert raised.status_code == 200, raised.text
+    body = raised.json()
+    assert (body["rho_limit_exact"], body["rho_spent_exact"], body["rho_remaining_exact"]) == (
+        "1.25",
+        "0.3",
+        "0.95",
+    )
+    budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=tenant["headers"]).json()
+    assert budget["rho_remaining_exact"] == "0.95"
+
+    lowered = client.patch(url, json={"rho": "0.3"}, headers=ADMIN_HEADERS)  # exactly spent
+    assert lowered.status_code == 200 and lowered.json()["rho_remaining_exact"] == "0"
+    below = client.patch(url, json={"rho": "0.299999999999"}, headers=ADMIN_HEADERS)
+    assert below.status_code == 409
+    assert below.json()["error"]["code"] == "rho_below_spent"
+    assert below.json()["error"]["rho_spent_exact"] == "0.3"
+
+    # Another grant holds 1 of the rho_total of 2: this one can reach 1, not more.
+    other = api.create_tenant()
+    api.grant(dataset["id"], other["id"], "1")
+    over = client.patch(url, json={"rho": "1.000000000001"}, headers=ADMIN_HEADERS)
+    assert over.status_code == 409 and over.json()["error"]["code"] == "rho_total_exceeded"
+    assert client.patch(url, json={"rho": "1"}, headers=ADMIN_HEADERS).status_code == 200
+    listed = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=ADMIN_HEADERS).json()
+    assert [g["rho_limit_exact"] for g in listed] == ["1", "1"]
+
+
+def test_grant_changes_are_admin_only_and_404_elsewhere(client, api) -> None:
+    tenant, dataset = api.tenant_with_grant("1")
+    grant = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=ADMIN_HEADERS).json()[0]
+    url = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+    assert client.patch(url, json={"rho": 2}).status_code == 401
+    assert client.patch(url, json={"rho": 2}, headers=tenant["headers"]).status_code == 403
+    elsewhere = api.upload_dataset()
+    for wrong in (
+        f"/v1/datasets/{elsewhere['id']}/grants/{grant['id']}",
+        f"/v1/datasets/{dataset['id']}/grants/no-such-grant",
+        f"/v1/datasets/no-such-dataset/grants/{grant['id']}",
+    ):
+        response = client.patch(wrong, json={"rho": 2}, headers=ADMIN_HEADERS)
+        assert response.status_code == 404, wrong
+    for bad in ({"rho": 0}, {"rho": -1}, {"rho": "0.1234567890123"}, {"limit": 1}):
+        assert client.patch(url, json=bad, headers=ADMIN_HEADERS).status_code == 422, bad
+
+
+def test_the_whole_ledger_for_the_admin(client, api, database) -> None:
+    tenant_a, dataset_a = api.tenant_with_grant("1")
+    tenant_b, dataset_b = api.tenant_with_grant("1")
+    charge(database, tenant_a["id"], dataset_a["id"], "0.25")
+    charge(database, tenant_b["id"], dataset_b["id"], "0.5")
+    only_a = client.get("/v1/ledger", params={"dataset_id": dataset_a["id"]}, headers=ADMIN_HEADERS)
+    assert only_a.status_code == 200
+    assert [(e["tenant_id"], e["rho_exact"]) for e in only_a.json()] == [(tenant_a["id"], "0.25")]
+    assert only_a.json()[0]["dataset_id"] == dataset_a["id"]
+    by_tenant = client.get(
+        "/v1/ledger", params={"tenant_id": tenant_b["id"]}, headers=ADMIN_HEADERS
+    ).json()
+    assert [e["dataset_id"] for e in by_tenant] == [dataset_b["id"]]
+    everything = client.get("/v1/ledger", params={"limit": 1000}, headers=ADMIN_HEADERS).json()
+    ids = [e["id"] for e in everything]
+    assert ids == sorted(ids) and len(ids) >= 2
+    assert client.get("/v1/ledger").status_code == 401
+    assert client.get("/v1/ledger", headers=tenant_a["headers"]).status_code == 403
