@@ -1,4 +1,4 @@
-"""The `privq` command: serve | worker | migrate | admin create-tenant.
+"""The `privq` command: serve | worker | migrate | demo, and the operator's commands.
 
 - `privq serve` — the API with uvicorn; on SQLite (the default) it upgrades the
   schema itself and runs one worker thread in the same process.
@@ -6,6 +6,8 @@
 - `privq migrate` — upgrade the database schema to the latest revision.
 - `privq admin create-tenant NAME` — create a tenant and print its id and API key.
 - `privq demo [--data-dir DIR]` — the whole loop on Adult, in one process (`app.demo`).
+- `privq tenants|keys|grants|datasets|jobs|ledger …` — what the admin key can do over
+  HTTP, on the host against the database (`app.commands`; `--json` for the API's JSON).
 """
 
 from __future__ import annotations
@@ -80,7 +82,9 @@ def _demo(args: argparse.Namespace, _settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from app.commands.output import OneLineErrorParser
+
+    parser = OneLineErrorParser(
         prog="privq", description="Privacy-budgeted query answering service."
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -128,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create_tenant.add_argument("name")
     create_tenant.set_defaults(handler=_create_tenant)
+
+    from app.commands import add_commands  # tenants, keys, grants, datasets, jobs, ledger
+
+    add_commands(commands)
     return parser
 
 
