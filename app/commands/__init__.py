@@ -14,11 +14,12 @@ tables and `field: value` lines for people. Every refusal is one line on stderr
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from app.commands import datasets, grants, jobs, tenants
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(commands: argparse._SubParsersAction[Any]) -> None:
     """Register every operator command on the `privq` parser's subcommands."""
     for module in (tenants, datasets, grants, jobs):
         module.register(commands)

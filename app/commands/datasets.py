@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -43,7 +44,7 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: argparse._SubParsersAction[Any]) -> None:
     datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
     actions = datasets.add_subparsers(dest="datasets_command", required=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -50,7 +51,7 @@ def set_grant(args: argparse.Namespace, session: Session) -> Record:
     return Record(_out(session, grant))
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: argparse._SubParsersAction[Any]) -> None:
     grants = commands.add_parser("grants", help="tenants' ρ limits on a dataset")
     actions = grants.add_subparsers(dest="grants_command", required=True)
 

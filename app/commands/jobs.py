@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -48,7 +49,7 @@ def read_ledger(args: argparse.Namespace, session: Session) -> Listing:
     )
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: argparse._SubParsersAction[Any]) -> None:
     jobs = commands.add_parser("jobs", help="the job queue: list, inspect")
     actions = jobs.add_subparsers(dest="jobs_command", required=True)
 

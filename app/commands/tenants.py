@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -31,7 +32,7 @@ def show_tenant(args: argparse.Namespace, session: Session) -> Record:
     return Record(TenantOut.of(tenant_service.get_tenant(session, args.tenant_id)))
 
 
-def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(commands: argparse._SubParsersAction[Any]) -> None:
     tenants = commands.add_parser("tenants", help="list, create and inspect tenants")
     actions = tenants.add_subparsers(dest="tenants_command", required=True)
 
