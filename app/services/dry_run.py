@@ -25,7 +25,8 @@ from app.pgm.domain import Domain
 from app.privacy.accounting import epsilon_from_rho
 from app.privacy.expected_error import expected_abs_error
 from app.privacy.mechanisms.aim import aim_schedule
-from app.privacy.mechanisms.common import MechanismOptions, split_round
+from app.privacy.mechanisms.budget import split_round
+from app.privacy.mechanisms.engine import MechanismOptions
 from app.privacy.mechanisms.mwem import mwem_rounds
 from app.services import ledger
 from app.services import measurements as measurement_service

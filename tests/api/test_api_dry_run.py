@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from app.db import Job, LedgerEntry
 from app.privacy.accounting import epsilon_from_rho
 from app.privacy.expected_error import discrete_gaussian_abs_mean, discrete_laplace_abs_mean
-from app.privacy.mechanisms.common import split_round
+from app.privacy.mechanisms.budget import split_round
 from app.services.mechanisms import SAFETY
 
 
