@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 # No `*_created` series: in the text format each is one more line per label set, and
 # Prometheus ignores them (it knows when a counter reset from its value dropping).
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
