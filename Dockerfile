@@ -19,6 +19,8 @@ RUN mkdir app && touch app/__init__.py \
     && /opt/privq/bin/pip uninstall -y privq \
     && rm -rf app
 
+COPY setup.py alembic.ini ./
+COPY alembic ./alembic
 COPY app ./app
 RUN /opt/privq/bin/pip install --no-deps . \
     # The runtime needs neither pip nor setuptools; byte-code is compiled once here.

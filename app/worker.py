@@ -44,8 +44,9 @@ from app.db import Database, Job, utcnow
 from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.services import datasets as dataset_service
-from app.services import fits, jobs
+from app.services import fits, jobs, mechanisms
 from app.services import measurements as measurement_service
+from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
 
@@ -53,16 +54,10 @@ logger = logging.getLogger("privq.worker")
 MULTIPROCESS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
-class LeaseLost(RuntimeError):
-    """Another worker holds this job now (our lease expired)."""
-
-
 def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
     if kind == "measure":
         return Worker.run_measurement
-    if kind in ("aim", "mwem"):
-        from app.services import mechanisms  # the workload-adaptive mechanisms
-
+    if kind in mechanisms.MECHANISMS:  # the workload-adaptive mechanisms
         return mechanisms.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
@@ -259,8 +254,7 @@ class Worker:
         domain = self.domain_of(job.dataset_id)
         self.progress(job, {"stage": "measuring"})
         with self.database.unit_of_work() as session:
-            if not jobs.holds_lease(session, job_id=job.id, owner=self.worker_id):
-                raise LeaseLost()
+            jobs.require_lease(session, job_id=job.id, owner=self.worker_id)
             drawn = measurement_service.measure_job(
                 session, job, self.columns_of(job.dataset_id), domain
             )

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import PrincipalDep, ReadSessionDep
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
-from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
+from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
@@ -27,7 +27,7 @@ DEFAULT_DELTA = 1e-6
 @router.get(
     "/budget",
     response_model=BudgetOut,
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_budget(
     dataset_id: str,
@@ -65,10 +65,7 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses={
-        200: {"headers": LINK_HEADER_DOC},
-        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-    },
+    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
 def read_ledger(
     dataset_id: str,
@@ -79,7 +76,7 @@ def read_ledger(
     page_request: PageDep,
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     found = ledger.entries(
         session,

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response, status
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
-from app.api.schemas import ErrorOut, GrantCreate, GrantOut, GrantUpdate
+from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
 from app.errors import BelowSpent, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
@@ -20,10 +20,12 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=GrantOut,
-    responses={
-        404: {"model": ErrorOut, "description": "No such dataset or tenant."},
-        409: {"model": ErrorOut, "description": "Grant exists, or rho_total would be exceeded."},
-    },
+    responses=error_responses(
+        {
+            404: "No such dataset or tenant.",
+            409: "Grant exists, or rho_total would be exceeded.",
+        }
+    ),
 )
 def create_grant(
     dataset_id: str, body: GrantCreate, session: SessionDep, _admin: AdminAuth

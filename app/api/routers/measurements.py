@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
-from app.api.schemas import DryRunOut, ErrorOut, RequestBody
+from app.api.schemas import NO_SUCH_DATASET, DryRunOut, RequestBody, error_responses
 from app.config import Settings
 from app.db import Dataset, Job
 from app.errors import InvalidRequest
@@ -187,9 +187,13 @@ def _plan(
     response_model=JobAccepted,
     responses={
         200: {"model": DryRunOut, "description": "`dry_run=true`: cost and expected error."},
-        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-        409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-        422: {"model": ErrorOut, "description": "Invalid marginals, noise, or model too large."},
+        **error_responses(
+            {
+                404: NO_SUCH_DATASET,
+                409: "Insufficient budget, or Idempotency-Key reused.",
+                422: "Invalid marginals, noise, or model too large.",
+            }
+        ),
     },
 )
 def create_measurement(
@@ -244,11 +248,11 @@ def create_measurement(
 @router.get(
     "/v1/jobs/{job_id}",
     response_model=JobOut,
-    responses={404: {"model": ErrorOut, "description": "No such job (or not yours)."}},
+    responses=error_responses({404: "No such job (or not yours)."}),
 )
 def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         return JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id))
 
@@ -256,10 +260,7 @@ def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> Job
 @router.get(
     "/v1/datasets/{dataset_id}/measurements",
     response_model=list[MeasurementOut],
-    responses={
-        200: {"headers": LINK_HEADER_DOC},
-        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-    },
+    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
 def list_measurements(
     dataset_id: str,
@@ -270,7 +271,7 @@ def list_measurements(
     page_request: PageDep,
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
         found = measurement_service.page_for_dataset(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Depends, status
 from fastapi.responses import JSONResponse
 from pydantic import ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, SessionDep, SettingsDep
 from app.api.routers.measurements import (
@@ -17,7 +19,9 @@ from app.api.routers.measurements import (
     JobAccepted,
     dry_run_response,
 )
-from app.api.schemas import DryRunOut, ErrorOut, RequestBody
+from app.api.schemas import NO_SUCH_DATASET, DryRunOut, RequestBody, error_responses
+from app.config import Settings
+from app.db import Database, Tenant
 from app.services import dry_run as dry_run_service
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
@@ -26,9 +30,13 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechani
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": DryRunOut, "description": "`dry_run=true`: cost and expected error."},
-    404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-    409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-    422: {"model": ErrorOut, "description": "Invalid workload or options, or model too large."},
+    **error_responses(
+        {
+            404: NO_SUCH_DATASET,
+            409: "Insufficient budget, or Idempotency-Key reused.",
+            422: "Invalid workload or options, or model too large.",
+        }
+    ),
 }
 
 
@@ -61,99 +69,90 @@ class MwemRequest(AimRequest):
     rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
 
 
-def _submit(
-    kind: str,
-    dataset_id: str,
-    body: AimRequest,
-    session: SessionDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: str | None,
-) -> JobAccepted:
-    job, charge = mechanism_service.submit(
-        session,
-        kind=kind,
-        tenant_id=tenant.id,
-        dataset_id=dataset_id,
-        settings=settings,
-        rho=body.rho,
-        workload=body.workload,
-        max_model_cells=body.max_model_cells,
-        rounds=getattr(body, "rounds", None),
-        idempotency_key=idempotency_key,
-        body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
-    )
-    return JobAccepted.of(job, charge)
+@dataclass(frozen=True)
+class Submission:
+    """What every mechanism route takes besides its body: the unit of work, the
+    settings, the paying tenant, the request's idempotency key, and whether it is a
+    dry run (then only a read-only session of `database` is used)."""
 
+    session: Session
+    database: Database
+    settings: Settings
+    tenant: Tenant
+    idempotency_key: str | None
+    dry_run: bool
+    delta: float
 
-def _dry_run(
-    kind: str,
-    dataset_id: str,
-    body: AimRequest,
-    database: DatabaseDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    delta: float,
-) -> JSONResponse:
-    with database.read_only() as session:
-        estimate = dry_run_service.mechanism(
-            session,
+    def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted | JSONResponse:
+        if self.dry_run:
+            with self.database.read_only() as read_session:
+                estimate = dry_run_service.mechanism(
+                    read_session,
+                    kind=kind,
+                    tenant_id=self.tenant.id,
+                    dataset_id=dataset_id,
+                    settings=self.settings,
+                    rho=body.rho,
+                    workload=body.workload,
+                    max_model_cells=body.max_model_cells,
+                    rounds=getattr(body, "rounds", None),
+                    delta=self.delta,
+                )
+            return dry_run_response(estimate)
+        job, charge = mechanism_service.submit(
+            self.session,
             kind=kind,
-            tenant_id=tenant.id,
+            tenant_id=self.tenant.id,
             dataset_id=dataset_id,
-            settings=settings,
+            settings=self.settings,
             rho=body.rho,
             workload=body.workload,
             max_model_cells=body.max_model_cells,
             rounds=getattr(body, "rounds", None),
-            delta=delta,
+            idempotency_key=self.idempotency_key,
+            body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
         )
-    return dry_run_response(estimate)
+        return JobAccepted.of(job, charge)
+
+
+def _submission(
+    session: SessionDep,
+    database: DatabaseDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRunFlag = False,
+    delta: DryRunDelta = DEFAULT_DELTA,
+) -> Submission:
+    return Submission(session, database, settings, tenant, idempotency_key, dry_run, delta)
+
+
+SubmissionDep = Annotated[Submission, Depends(_submission)]
 
 
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_aim(
-    dataset_id: str,
-    body: AimRequest,
-    session: SessionDep,
-    database: DatabaseDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRunFlag = False,
-    delta: DryRunDelta = DEFAULT_DELTA,
+    dataset_id: str, body: AimRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`.
 
     With `dry_run=true`: nothing is charged; the answer is the cost, AIM's schedule
     (rounds, σ₀, ε₀) and the expected error of each marginal measured at σ₀.
     """
-    if dry_run:
-        return _dry_run("aim", dataset_id, body, database, settings, tenant, delta)
-    return _submit("aim", dataset_id, body, session, settings, tenant, idempotency_key)
+    return submission.submit("aim", dataset_id, body)
 
 
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_mwem(
-    dataset_id: str,
-    body: MwemRequest,
-    session: SessionDep,
-    database: DatabaseDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRunFlag = False,
-    delta: DryRunDelta = DEFAULT_DELTA,
+    dataset_id: str, body: MwemRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload.
 
     With `dry_run=true`: nothing is charged; the answer is the cost, the rounds, σ and
     ε per round, and the expected error of each workload marginal measured at σ.
     """
-    if dry_run:
-        return _dry_run("mwem", dataset_id, body, database, settings, tenant, delta)
-    return _submit("mwem", dataset_id, body, session, settings, tenant, idempotency_key)
+    return submission.submit("mwem", dataset_id, body)
