@@ -62,7 +62,7 @@ def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     database = Database.from_settings(settings)
     try:
         with database.unit_of_work() as session:
-            tenant, api_key = tenant_service.create_tenant(session, name=args.name)
+            tenant, _key, api_key = tenant_service.create_tenant(session, name=args.name)
     except PrivqError as error:
         print(f"privq: {error.message}", file=sys.stderr)
         return 1

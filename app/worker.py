@@ -186,11 +186,19 @@ class Worker:
                 return
             try:
                 ran = self.run_once()
+                if not ran:
+                    self.forget_retired_columns()
             except OperationalError:
                 logger.exception("cannot reach the database; retrying")
                 ran = False
             if not ran:
                 stop.wait(self.poll_seconds)
+
+    def forget_retired_columns(self) -> None:
+        """Drop cached records of datasets purged or deleted since they were loaded: once
+        the curator destroys them, no worker keeps a copy in memory either."""
+        with self.database.read_only() as session:
+            self.columns.forget_retired(session)
 
     # -- steps shared by every kind of job ----------------------------------------------
 

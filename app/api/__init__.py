@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app.api import routers as routers_package
-from app.api.deps import TenantKeyCache, make_loop_read_engine
+from app.api.deps import make_loop_read_engine
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
@@ -101,7 +101,6 @@ def create_app(
     )
     app.state.settings = settings
     app.state.database = database
-    app.state.tenant_key_cache = TenantKeyCache()
     loop_read_engine = make_loop_read_engine(database)
     app.state.loop_read_engine = loop_read_engine
     install_error_handlers(app)

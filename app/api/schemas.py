@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db import Dataset, Grant, LedgerEntry, Tenant
+from app.db import ApiKey, Dataset, Grant, LedgerEntry, Tenant
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 
@@ -29,21 +29,73 @@ class TenantCreate(RequestBody):
 class TenantOut(BaseModel):
     id: str
     name: str
-    key_prefix: str = Field(description="First characters of the API key, to recognise it.")
     created_at: datetime
+    disabled: bool = Field(description="True: every key of the tenant gets 401 tenant_disabled.")
+    disabled_at: datetime | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantOut:
         return cls(
             id=tenant.id,
             name=tenant.name,
-            key_prefix=tenant.key_prefix,
             created_at=tenant.created_at,
+            disabled=tenant.disabled_at is not None,
+            disabled_at=tenant.disabled_at,
         )
+
+
+class ApiKeyOut(BaseModel):
+    """One of a tenant's keys, as the curator sees it: never the key itself."""
+
+    id: str
+    key_prefix: str = Field(description="First characters of the key, to recognise it.")
+    created_at: datetime
+    last_used_at: datetime | None = Field(
+        description="When the key last authenticated (to the minute); null if never."
+    )
+    revoked_at: datetime | None = None
+    active: bool
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyOut:
+        return cls(
+            id=key.id,
+            key_prefix=key.key_prefix,
+            created_at=key.created_at,
+            last_used_at=key.last_used_at,
+            revoked_at=key.revoked_at,
+            active=key.revoked_at is None,
+        )
+
+
+class ApiKeyCreated(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "0b7a4f0e-6c1d-4e8a-9a55-2f9e1c3d4b5a",
+                    "key_prefix": "pq_3kQ9xZ",
+                    "api_key": "pq_3kQ9xZ…",
+                    "created_at": "2026-11-23T12:00:00Z",
+                }
+            ]
+        }
+    )
+    id: str
+    key_prefix: str
+    api_key: str = Field(description="The new bearer key. Shown only in this response.")
+    created_at: datetime
 
 
 class TenantCreated(TenantOut):
     api_key: str = Field(description="The tenant's bearer key. Shown only in this response.")
+    key_id: str = Field(description="The key's id, to revoke it later.")
+    key_prefix: str = Field(description="First characters of the API key, to recognise it.")
+
+
+class TenantUpdate(RequestBody):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"disabled": True}]})
+    disabled: bool = Field(description="True: refuse every key of the tenant; false: accept again.")
 
 
 class GrantCreate(RequestBody):
@@ -78,6 +130,9 @@ class GrantOut(BaseModel):
     rho_remaining: float
     rho_remaining_exact: str
     created_at: datetime
+    revoked_at: datetime | None = Field(
+        default=None, description="Set: the tenant lost the dataset; the ledger keeps its lines."
+    )
 
     @classmethod
     def of(cls, grant: Grant, *, spent_units: int = 0) -> GrantOut:
@@ -93,6 +148,7 @@ class GrantOut(BaseModel):
             rho_remaining=units_to_rho(remaining),
             rho_remaining_exact=units_to_decimal_str(remaining),
             created_at=grant.created_at,
+            revoked_at=grant.revoked_at,
         )
 
 
@@ -107,6 +163,11 @@ class DatasetOut(BaseModel):
         default=None, description="Curator's cap on all grants together (admin view only)."
     )
     created_at: datetime
+    records_purged_at: datetime | None = Field(
+        default=None,
+        description="Set: the raw records were destroyed; answers still come from the model, "
+        "measuring is refused (409 records_purged).",
+    )
 
     @classmethod
     def of(cls, dataset: Dataset, *, for_admin: bool) -> DatasetOut:
@@ -121,7 +182,13 @@ class DatasetOut(BaseModel):
                 else None
             ),
             created_at=dataset.created_at,
+            records_purged_at=dataset.records_purged_at,
         )
+
+
+class TenantDetail(TenantOut):
+    keys: list[ApiKeyOut] = Field(description="Every key, revoked ones too, oldest first.")
+    grants: list[GrantOut] = Field(description="Every grant, revoked ones too, oldest first.")
 
 
 class BudgetOut(BaseModel):

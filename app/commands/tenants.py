@@ -1,4 +1,4 @@
-"""`privq tenants list|create|show` and `privq keys …`: the people who spend budget."""
+"""`privq tenants list|create|show|disable|enable` and `privq keys list|add|revoke`."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.api.schemas import TenantCreated, TenantOut
-from app.commands.output import Listing, Record, json_flag, page_flags, run
+from app.api.routers.tenants import tenant_detail
+from app.api.schemas import ApiKeyCreated, ApiKeyOut, TenantCreated, TenantOut
+from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.services import keys as key_service
 from app.services import tenants as tenant_service
 
-TENANT_COLUMNS = ("id", "name", "key_prefix", "created_at")
+TENANT_COLUMNS = ("id", "name", "disabled", "created_at")
+KEY_COLUMNS = ("id", "key_prefix", "active", "created_at", "last_used_at", "revoked_at")
 
 
 def list_tenants(args: argparse.Namespace, session: Session) -> Listing:
@@ -21,15 +24,48 @@ def list_tenants(args: argparse.Namespace, session: Session) -> Listing:
 
 
 def create_tenant(args: argparse.Namespace, session: Session) -> Record:
-    tenant, api_key = tenant_service.create_tenant(session, name=args.name)
+    tenant, key, api_key = tenant_service.create_tenant(session, name=args.name)
     return Record(
-        TenantCreated(**TenantOut.of(tenant).model_dump(), api_key=api_key),
+        TenantCreated(
+            **TenantOut.of(tenant).model_dump(),
+            api_key=api_key,
+            key_id=key.id,
+            key_prefix=key.key_prefix,
+        ),
         note="the key is shown only now; only its hash is stored",
     )
 
 
 def show_tenant(args: argparse.Namespace, session: Session) -> Record:
-    return Record(TenantOut.of(tenant_service.get_tenant(session, args.tenant_id)))
+    return Record(tenant_detail(session, args.tenant_id))
+
+
+def set_disabled(disabled: bool, args: argparse.Namespace, session: Session) -> Record:
+    tenant_service.set_disabled(session, args.tenant_id, disabled=disabled)
+    return Record(tenant_detail(session, args.tenant_id))
+
+
+def list_keys(args: argparse.Namespace, session: Session) -> Listing:
+    tenant_service.get_tenant(session, args.tenant_id)
+    rows = [ApiKeyOut.of(key) for key in key_service.keys_of(session, args.tenant_id)]
+    return Listing(rows, KEY_COLUMNS)
+
+
+def add_key(args: argparse.Namespace, session: Session) -> Record:
+    tenant = tenant_service.get_tenant(session, args.tenant_id)
+    key, api_key = key_service.issue(session, tenant)
+    return Record(
+        ApiKeyCreated(
+            id=key.id, key_prefix=key.key_prefix, api_key=api_key, created_at=key.created_at
+        ),
+        note="the key is shown only now; the tenant's other keys keep working until revoked",
+    )
+
+
+def revoke_key(args: argparse.Namespace, session: Session) -> Done:
+    tenant_service.get_tenant(session, args.tenant_id)
+    key_service.revoke(session, tenant_id=args.tenant_id, key_id=args.key_id)
+    return Done(f"key {args.key_id} revoked: refused from its next request on")
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -50,3 +86,28 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     show.add_argument("tenant_id")
     json_flag(show)
     show.set_defaults(handler=partial(run, show_tenant))
+
+    for name, disabled, text in (
+        ("disable", True, "refuse every key of the tenant until it is enabled"),
+        ("enable", False, "accept the tenant's keys again"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("tenant_id")
+        json_flag(action)
+        action.set_defaults(handler=partial(run, partial(set_disabled, disabled)))
+
+    keys = commands.add_parser("keys", help="a tenant's API keys: list, add, revoke")
+    key_actions = keys.add_subparsers(dest="keys_command", required=True)
+    listing_keys = key_actions.add_parser("list", help="every key of a tenant (never the key)")
+    listing_keys.add_argument("tenant_id")
+    json_flag(listing_keys)
+    listing_keys.set_defaults(handler=partial(run, list_keys))
+    add = key_actions.add_parser("add", help="one more key (rotation: add, switch, revoke)")
+    add.add_argument("tenant_id")
+    json_flag(add)
+    add.set_defaults(handler=partial(run, add_key))
+    revoke = key_actions.add_parser("revoke", help="refuse a key from its next request on")
+    revoke.add_argument("tenant_id")
+    revoke.add_argument("key_id")
+    json_flag(revoke)
+    revoke.set_defaults(handler=partial(run, revoke_key))

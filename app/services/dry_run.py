@@ -118,6 +118,7 @@ def mechanism(
     from app.services import datasets as dataset_service
 
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
     params, units = mechanism_service.plan(
         kind,

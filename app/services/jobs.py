@@ -18,7 +18,7 @@ Services see the worker only through it, so they never import the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database, Job, MeasurementRecord, utcnow
-from app.errors import NotFound
+from app.errors import JobFinished, NotFound
 from app.pgm.domain import Domain
 from app.services import ledger
 from app.services.pages import Page, page
@@ -65,11 +65,15 @@ def create(
     return job
 
 
-def get(session: Session, job_id: str, *, tenant_id: str | None = None) -> Job:
+def get(
+    session: Session, job_id: str, *, tenant_id: str | None = None, for_update: bool = False
+) -> Job:
     """The job; with `tenant_id`, only that tenant's (others are NotFound, like a missing one)."""
     query = select(Job).where(Job.id == job_id)
     if tenant_id is not None:
         query = query.where(Job.tenant_id == tenant_id)
+    if for_update:
+        query = query.with_for_update()
     job = session.scalars(query).one_or_none()
     if job is None:
         raise NotFound("job not found")
@@ -239,6 +243,48 @@ def fail(session: Session, job: Job, message: str) -> int:
         refunded = ledger.refund(
             session, job_id=job.id, description="job failed before any noise was drawn"
         )
+    session.flush()
+    return refunded
+
+
+UNFINISHED = ("queued", "running")
+
+
+def unfinished(session: Session, *, dataset_id: str, tenant_id: str | None = None) -> Sequence[Job]:
+    """The dataset's jobs (or one tenant's of them) that are queued or running, locked."""
+    query = select(Job).where(Job.dataset_id == dataset_id, Job.status.in_(UNFINISHED))
+    if tenant_id is not None:
+        query = query.where(Job.tenant_id == tenant_id)
+    return session.scalars(query.order_by(Job.created_at, Job.id).with_for_update()).all()
+
+
+def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") -> int:
+    """Cancel a job (the caller holds its row lock); never commits. Returns units refunded now.
+
+    - queued: it becomes `cancelled` at once and its whole charge is refunded (it never
+      ran, so none of it was used);
+    - running: `cancel_requested_at` is set; the worker stops at its next safe point
+      and refunds what the job had not used (`finish_cancelled`);
+    - cancelled: nothing changes (cancelling twice is harmless);
+    - succeeded or failed: JobFinished (409).
+    """
+    if job.status == "cancelled":
+        return 0
+    if job.status in ("succeeded", "failed"):
+        raise JobFinished(f"the job has already {job.status}; there is nothing to cancel")
+    now = utcnow()
+    if job.status == "running":
+        if job.cancel_requested_at is None:
+            job.cancel_requested_at = now
+            job.progress = {**(job.progress or {}), "cancel_requested": True}
+            session.flush()
+        return 0
+    job.cancel_requested_at = job.cancel_requested_at or now
+    job.status = "cancelled"
+    job.finished_at = now
+    job.error = reason[:ERROR_MESSAGE_LENGTH]
+    job.progress = {**(job.progress or {}), "stage": "cancelled"}
+    refunded = ledger.refund(session, job_id=job.id, description=f"job cancelled: {reason}")
     session.flush()
     return refunded
 

@@ -66,7 +66,9 @@ def get_grant(
     session: Session, *, tenant_id: str, dataset_id: str, for_update: bool = False
 ) -> Grant:
     """The tenant's grant on the dataset; NotFound (as for a missing dataset) if none."""
-    query = select(Grant).where(Grant.tenant_id == tenant_id, Grant.dataset_id == dataset_id)
+    query = select(Grant).where(
+        Grant.tenant_id == tenant_id, Grant.dataset_id == dataset_id, Grant.revoked_at.is_(None)
+    )
     if for_update:
         query = query.with_for_update()
     grant = session.scalars(query).one_or_none()

@@ -25,11 +25,11 @@ from typing import Any, cast
 
 import numpy as np
 from cachetools import LRUCache
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest
+from app.db import Dataset, Job, MeasurementRecord, new_id
+from app.errors import InvalidRequest, RecordsPurged
 from app.ingest import pack_column, unpack_column
 from app.metrics import record_pending_measurement
 from app.pgm.domain import Domain
@@ -259,6 +259,14 @@ class ColumnCache:
         self._lock = threading.Lock()
 
     def get(self, session: Session, dataset_id: str) -> dict[str, np.ndarray]:
+        """The dataset's columns; RecordsPurged (and forgotten here) once they are destroyed.
+
+        The check is one small read per use: a worker must not measure from a copy of
+        records the curator destroyed, nor keep that copy in memory.
+        """
+        if records_gone(session, dataset_id):
+            self.forget(dataset_id)
+            raise RecordsPurged()
         with self._lock:
             columns = self._columns.get(dataset_id)
         if columns is not None:
@@ -267,6 +275,33 @@ class ColumnCache:
         with self._lock:
             self._columns[dataset_id] = columns
         return columns
+
+    def forget(self, dataset_id: str) -> None:
+        with self._lock:
+            self._columns.pop(dataset_id, None)
+
+    def forget_retired(self, session: Session) -> None:
+        """Drop the cached columns of datasets whose records were purged or deleted since."""
+        with self._lock:
+            cached = list(self._columns.keys())
+        if not cached:
+            return
+        retired = session.scalars(
+            select(Dataset.id).where(
+                Dataset.id.in_(cached),
+                or_(Dataset.records_purged_at.is_not(None), Dataset.deleted_at.is_not(None)),
+            )
+        ).all()
+        for dataset_id in retired:
+            self.forget(dataset_id)
+
+
+def records_gone(session: Session, dataset_id: str) -> bool:
+    """Whether the dataset's raw records were destroyed (purged, or the dataset deleted)."""
+    row = session.execute(
+        select(Dataset.records_purged_at, Dataset.deleted_at).where(Dataset.id == dataset_id)
+    ).first()
+    return row is None or row[0] is not None or row[1] is not None
 
 
 def draw(kind: str, counts: np.ndarray, scale: float) -> np.ndarray:

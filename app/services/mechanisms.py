@@ -145,6 +145,7 @@ def submit(
     body_hash: str,
 ) -> tuple[Job, ledger.ChargeResult]:
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
     params, units = plan(
         kind,

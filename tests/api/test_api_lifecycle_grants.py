@@ -84,3 +84,85 @@ def test_the_whole_ledger_for_the_admin(client, api, database) -> None:
     assert ids == sorted(ids) and len(ids) >= 2
     assert client.get("/v1/ledger").status_code == 401
     assert client.get("/v1/ledger", headers=tenant_a["headers"]).status_code == 403
+
+
+def test_revoking_a_grant_hides_the_dataset_and_keeps_the_ledger(client, api, database) -> None:
+    tenant, dataset = api.tenant_with_grant("1")
+    charge(database, tenant["id"], dataset["id"], "0.25")
+    queued = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        json={"marginals": [["sex"]], "rho": "0.125"},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+    grant = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=ADMIN_HEADERS).json()[0]
+    url = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+
+    assert client.delete(url, headers=tenant["headers"]).status_code == 403
+    assert client.delete(url, headers=ADMIN_HEADERS).status_code == 204
+    for path in ("", "/budget", "/ledger", "/measurements", "/marginals?attrs=sex"):
+        response = client.get(f"/v1/datasets/{dataset['id']}{path}", headers=tenant["headers"])
+        assert response.status_code == 404, path
+    assert client.get("/v1/datasets", headers=tenant["headers"]).json() == []
+    measured = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        json={"marginals": [["sex"]], "rho": "0.1"},
+        headers=tenant["headers"],
+    )
+    assert measured.status_code == 404
+    # Its queued job was cancelled and refunded; the charges stay in the ledger.
+    job = client.get(f"/v1/jobs/{queued}", headers=ADMIN_HEADERS).json()
+    assert job["status"] == "cancelled"
+    lines = client.get(
+        "/v1/ledger", params={"dataset_id": dataset["id"]}, headers=ADMIN_HEADERS
+    ).json()
+    assert [(e["kind"], e["rho_exact"]) for e in lines] == [
+        ("charge", "0.25"),
+        ("charge", "0.125"),
+        ("refund", "-0.125"),
+    ]
+    listed = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=ADMIN_HEADERS).json()
+    assert listed[0]["revoked_at"] and listed[0]["rho_spent_exact"] == "0.25"
+    assert client.delete(url, headers=ADMIN_HEADERS).status_code == 204  # again: no change
+    changed = client.patch(url, json={"rho": 2}, headers=ADMIN_HEADERS)
+    assert changed.status_code == 409 and changed.json()["error"]["code"] == "grant_revoked"
+
+    # Granted again: a new grant, a fresh budget, the old lines still in the ledger.
+    again = api.grant(dataset["id"], tenant["id"], "0.5")
+    assert again["id"] != grant["id"]
+    budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=tenant["headers"]).json()
+    assert budget["rho_remaining_exact"] == "0.5"
+
+
+def test_a_revoked_grant_counts_its_spending_against_rho_total(client, api, database) -> None:
+    dataset = api.upload_dataset(rho_total="1")
+    first = api.create_tenant()
+    grant = api.grant(dataset["id"], first["id"], "1")
+    charge(database, first["id"], dataset["id"], "0.375")
+    second = api.create_tenant()
+    full = client.post(
+        f"/v1/datasets/{dataset['id']}/grants",
+        json={"tenant_id": second["id"], "rho": "0.1"},
+        headers=ADMIN_HEADERS,
+    )
+    assert full.status_code == 409
+    client.delete(f"/v1/datasets/{dataset['id']}/grants/{grant['id']}", headers=ADMIN_HEADERS)
+    # What it spent is spent for good: 0.625 of the cap is free again, not more.
+    too_much = client.post(
+        f"/v1/datasets/{dataset['id']}/grants",
+        json={"tenant_id": second["id"], "rho": "0.625000000001"},
+        headers=ADMIN_HEADERS,
+    )
+    assert too_much.status_code == 409 and too_much.json()["error"]["code"] == "rho_total_exceeded"
+    api.grant(dataset["id"], second["id"], "0.625")
+
+
+def test_revoke_refusals(client, api) -> None:
+    tenant, dataset = api.tenant_with_grant("1")
+    base = f"/v1/datasets/{dataset['id']}/grants"
+    grant_id = client.get(base, headers=ADMIN_HEADERS).json()[0]["id"]
+    assert client.delete(f"{base}/{grant_id}").status_code == 401
+    assert client.delete(f"{base}/no-such-grant", headers=ADMIN_HEADERS).status_code == 404
+    other = api.upload_dataset()
+    wrong = client.delete(f"/v1/datasets/{other['id']}/grants/{grant_id}", headers=ADMIN_HEADERS)
+    assert wrong.status_code == 404
+    assert client.get(f"/v1/datasets/{dataset['id']}", headers=tenant["headers"]).status_code == 200

@@ -8,7 +8,7 @@ from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
-from app.errors import BelowSpent, NotFound, RhoTotalExceeded
+from app.errors import BelowSpent, GrantRevoked, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -71,6 +71,7 @@ def list_grants(
         NotFound,
         BelowSpent,
         RhoTotalExceeded,
+        GrantRevoked,
         not_found="No such dataset, or no such grant on it.",
     ),
 )
@@ -84,3 +85,19 @@ def update_grant(
     )
     spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
     return GrantOut.of(grant, spent_units=spent)
+
+
+@router.delete(
+    "/{grant_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Revoke a grant (admin): the tenant loses the dataset",
+    responses=refusals(NotFound, not_found="No such dataset, or no such grant on it."),
+)
+def revoke_grant(
+    dataset_id: str, grant_id: str, session: SessionDep, _admin: AdminAuth
+) -> Response:
+    """The tenant gets 404 on the dataset from then on, as if it did not exist; its jobs
+    on it that have not finished are cancelled (a queued one refunded whole). The ledger
+    keeps every charge; revoking again changes nothing."""
+    grant_service.revoke(session, dataset_id=dataset_id, grant_id=grant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

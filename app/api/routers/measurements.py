@@ -94,6 +94,9 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cancel_requested_at: datetime | None = Field(
+        default=None, description="Set: the job stops at its next safe point (running)."
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
@@ -110,6 +113,7 @@ class JobOut(BaseModel):
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
+            cancel_requested_at=job.cancel_requested_at,
         )
 
 
@@ -164,6 +168,7 @@ def _plan(
 ) -> tuple[Dataset, measurement_service.MeasurementPlan]:
     """The visible dataset and the validated, priced request (no writes)."""
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
     given_scale = body.sigma if body.noise == "gaussian" else body.scale
     wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
@@ -190,7 +195,8 @@ def _plan(
         **error_responses(
             {
                 404: NO_SUCH_DATASET,
-                409: "Insufficient budget, or Idempotency-Key reused.",
+                409: "Insufficient budget, Idempotency-Key reused, or the dataset's "
+                "records were purged (`records_purged`).",
                 422: "Invalid marginals, noise, or model too large.",
             }
         ),

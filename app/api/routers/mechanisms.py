@@ -33,7 +33,8 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     **error_responses(
         {
             404: NO_SUCH_DATASET,
-            409: "Insufficient budget, or Idempotency-Key reused.",
+            409: "Insufficient budget, Idempotency-Key reused, or the dataset's records "
+            "were purged (`records_purged`).",
             422: "Invalid workload or options, or model too large.",
         }
     ),

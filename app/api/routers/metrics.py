@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials
 
 from app.api.deps import DatabaseDep, SettingsDep, bearer_scheme, get_principal, require_admin
@@ -26,11 +26,12 @@ async def metrics_access(
     settings: SettingsDep,
     database: DatabaseDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    background_tasks: BackgroundTasks,
 ) -> None:
     """Let the request through if metrics are public, or it carries the admin key."""
     if settings.metrics_public:
         return
-    principal = await get_principal(request, settings, database, credentials)
+    principal = await get_principal(request, settings, database, credentials, background_tasks)
     await require_admin(principal)
 
 
