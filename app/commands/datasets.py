@@ -1,4 +1,4 @@
-"""`privq datasets list|show|upload`: the curator's tables."""
+"""`privq datasets list|show|upload|purge-records|delete`: the curator's tables."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.schemas import DatasetOut
-from app.commands.output import Listing, Record, json_flag, page_flags, run
+from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
 from app.config import get_settings
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
@@ -44,6 +44,22 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
 
 
+def purge_records(args: argparse.Namespace, session: Session) -> Done:
+    dataset_service.purge_records(session, args.dataset_id)
+    return Done(
+        f"dataset {args.dataset_id}: raw records destroyed; free answers keep working "
+        "from the model, measuring is refused"
+    )
+
+
+def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
+    dataset_service.delete_dataset(session, args.dataset_id)
+    return Done(
+        f"dataset {args.dataset_id} deleted: records, measurements and models gone; "
+        "the ledger keeps its lines"
+    )
+
+
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
     actions = datasets.add_subparsers(dest="datasets_command", required=True)
@@ -65,3 +81,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     upload.add_argument("--rho-total", default=None, help="cap on all grants together")
     json_flag(upload)
     upload.set_defaults(handler=partial(run, upload_dataset))
+
+    purge = actions.add_parser(
+        "purge-records", help="destroy the raw records; the model keeps answering"
+    )
+    purge.add_argument("dataset_id")
+    json_flag(purge)
+    purge.set_defaults(handler=partial(run, purge_records))
+
+    delete = actions.add_parser("delete", help="delete records, measurements and models")
+    delete.add_argument("dataset_id")
+    json_flag(delete)
+    delete.set_defaults(handler=partial(run, delete_dataset))

@@ -1,4 +1,4 @@
-"""`privq grants list|create|set`: tenants' ρ limits on datasets."""
+"""`privq grants list|create|set|revoke`: tenants' ρ limits on datasets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.api.schemas import GrantOut
-from app.commands.output import Listing, Record, json_flag, page_flags, run
+from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
 from app.db import Grant
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -51,6 +51,14 @@ def set_grant(args: argparse.Namespace, session: Session) -> Record:
     return Record(_out(session, grant))
 
 
+def revoke_grant(args: argparse.Namespace, session: Session) -> Done:
+    grant_service.revoke(session, dataset_id=args.dataset_id, grant_id=args.grant_id)
+    return Done(
+        f"grant {args.grant_id} revoked: the tenant no longer sees the dataset; "
+        "the ledger keeps its charges"
+    )
+
+
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     grants = commands.add_parser("grants", help="tenants' ρ limits on a dataset")
     actions = grants.add_subparsers(dest="grants_command", required=True)
@@ -74,3 +82,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     update.add_argument("rho", help="the new limit")
     json_flag(update)
     update.set_defaults(handler=partial(run, set_grant))
+
+    revoke = actions.add_parser("revoke", help="take the dataset away from the tenant")
+    revoke.add_argument("dataset_id")
+    revoke.add_argument("grant_id")
+    json_flag(revoke)
+    revoke.set_defaults(handler=partial(run, revoke_grant))

@@ -1,4 +1,4 @@
-"""`privq jobs list|show` and `privq ledger`: the queue and every ρ movement."""
+"""`privq jobs list|show|cancel` and `privq ledger`: the queue and every ρ movement."""
 
 from __future__ import annotations
 
@@ -36,6 +36,12 @@ def show_job(args: argparse.Namespace, session: Session) -> Record:
     return Record(JobOut.of(job_service.get(session, args.job_id)))
 
 
+def cancel_job(args: argparse.Namespace, session: Session) -> Record:
+    job = job_service.get(session, args.job_id, for_update=True)
+    job_service.cancel(session, job)
+    return Record(JobOut.of(job))
+
+
 def read_ledger(args: argparse.Namespace, session: Session) -> Listing:
     found = ledger.entries(
         session,
@@ -66,6 +72,13 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     show.add_argument("job_id")
     json_flag(show)
     show.set_defaults(handler=partial(run, show_job))
+
+    cancel = actions.add_parser(
+        "cancel", help="cancel a job (queued: refunded whole; running: stops, refunds the rest)"
+    )
+    cancel.add_argument("job_id")
+    json_flag(cancel)
+    cancel.set_defaults(handler=partial(run, cancel_job))
 
     ledger_parser = commands.add_parser("ledger", help="every charge and refund, oldest first")
     ledger_parser.add_argument("--dataset", default=None, help="only this dataset's lines")

@@ -130,3 +130,45 @@ def test_an_unreachable_database_is_one_line(tmp_path, monkeypatch, capsys) -> N
     finally:
         get_settings.cache_clear()
     assert "database" in message
+
+
+def test_lifecycle_commands(env_database, tmp_path, capsys) -> None:
+    from app.db import Database
+    from app.services import keys
+
+    tenant = run_json(capsys, "tenants", "create", "rotating")
+    added = run_json(capsys, "keys", "add", tenant["id"])
+    assert added["api_key"].startswith("pq_") and added["id"] != tenant["key_id"]
+    listed = run_json(capsys, "keys", "list", tenant["id"])
+    assert [k["id"] for k in listed] == [tenant["key_id"], added["id"]]
+    assert all("api_key" not in k for k in listed)
+    done = run_json(capsys, "keys", "revoke", tenant["id"], tenant["key_id"])
+    assert done["ok"] is True
+    database = Database(env_database)
+    try:
+        old = keys.match_on(database.engine, keys.hash_key(tenant["api_key"]))
+        new = keys.match_on(database.engine, keys.hash_key(added["api_key"]))
+        assert old is not None and old.revoked and new is not None and not new.revoked
+    finally:
+        database.dispose()
+
+    assert run_json(capsys, "tenants", "disable", tenant["id"])["disabled"] is True
+    shown = run_json(capsys, "tenants", "show", tenant["id"])
+    assert shown["disabled"] is True and len(shown["keys"]) == 2
+    assert run_json(capsys, "tenants", "enable", tenant["id"])["disabled"] is False
+
+    csv = tmp_path / "tiny.csv"
+    csv.write_text(TINY_CSV)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(TINY_SCHEMA))
+    dataset = run_json(
+        capsys, "datasets", "upload", str(csv), "--schema", str(schema), "--name", "retire"
+    )
+    grant = run_json(capsys, "grants", "create", dataset["id"], tenant["id"], "1")
+    assert run_json(capsys, "grants", "revoke", dataset["id"], grant["id"])["ok"] is True
+    assert run_json(capsys, "grants", "list", dataset["id"])[0]["revoked_at"]
+    assert run_json(capsys, "datasets", "purge-records", dataset["id"])["ok"] is True
+    assert run_json(capsys, "datasets", "show", dataset["id"])["records_purged_at"]
+    assert run_json(capsys, "datasets", "delete", dataset["id"])["ok"] is True
+    assert "not found" in refused(capsys, "datasets", "show", dataset["id"])
+    assert "not found" in refused(capsys, "jobs", "cancel", "no-such-job")
