@@ -154,7 +154,7 @@ class Job:
             while True:
                 self.refresh()
                 if bar is not None:
-                    _draw(bar, self.info)
+                    _draw(bar, self)
                 if self.done:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
@@ -183,13 +183,13 @@ def _open_bar(job: Job) -> tqdm[Any]:
     return tqdm(
         total=1.0,
         desc=f"job {job.id[:8]}",
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix} [{elapsed}]",
+        bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}]",
         file=sys.stderr,
         leave=True,
     )
 
 
-def _draw(bar: tqdm[Any], info: Json) -> None:
-    bar.n = progress_fraction(info)
-    bar.set_postfix_str(progress_text(info), refresh=False)
+def _draw(bar: tqdm[Any], job: Job) -> None:
+    bar.n = progress_fraction(job.info)
+    bar.set_description_str(f"job {job.id[:8]} {progress_text(job.info)}", refresh=False)
     bar.refresh()
