@@ -19,6 +19,7 @@ from typing import IO, Any, Literal
 import pandas as pd
 
 from privq_client.base import BaseClient
+from privq_client.client import privacy_amount
 from privq_client.transport import Json, segment
 
 Estimator = Literal["mle", "cgm-em"]
@@ -116,7 +117,7 @@ class AdminClient(BaseClient):
         data: CsvSource,
         schema: SchemaSource,
         *,
-        rho_total: float | str | None = None,
+        rho_total: float | None = None,
         timeout: float | None = UPLOAD_TIMEOUT_SECONDS,
     ) -> Json:
         """Upload a table: `data` is a CSV path, a DataFrame or a file object (with a header
@@ -155,12 +156,21 @@ class AdminClient(BaseClient):
 
     # ---- grants ---------------------------------------------------------------------
 
-    def grant(self, dataset_id: str, tenant_id: str, rho: float | str) -> Json:
-        """Give a tenant a ρ limit on a dataset (409 past the dataset's `rho_total`)."""
+    def grant(
+        self,
+        dataset_id: str,
+        tenant_id: str,
+        rho: float | None = None,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> Json:
+        """Give a tenant a limit on a dataset: `rho`, or `epsilon` at `delta` (converted to
+        ρ by the service). 409 past the dataset's `rho_total`."""
         body: Json = self._transport.json(
             "POST",
             f"/v1/datasets/{segment(dataset_id)}/grants",
-            json={"tenant_id": tenant_id, "rho": rho},
+            json={"tenant_id": tenant_id, **privacy_amount(rho, epsilon, delta)},
         )
         return body
 
@@ -168,7 +178,7 @@ class AdminClient(BaseClient):
         """Every grant on the dataset with `rho_limit`, `rho_spent`, `rho_remaining`."""
         return self._all(f"/v1/datasets/{segment(dataset_id)}/grants", None, page_size)
 
-    def set_grant(self, dataset_id: str, grant_id: str, rho: float | str) -> Json:
+    def set_grant(self, dataset_id: str, grant_id: str, rho: float) -> Json:
         """Raise or lower a grant's limit (409 `rho_below_spent`, `rho_total_exceeded`)."""
         body: Json = self._transport.json(
             "PATCH",

@@ -11,17 +11,27 @@ client.marginal(dataset_id, ["age", "sex"])      # a DataFrame, free
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Sequence
+from typing import Literal, overload
 
 from privq_client.base import BaseClient
 from privq_client.jobs import Job
 from privq_client.transport import Json, segment
 
 Noise = Literal["gaussian", "laplace"]
-# ρ as a number or a decimal string (exact), or another form the service accepts.
-Rho = float | str | Mapping[str, Any]
 Marginals = Sequence[Sequence[str] | str]
+
+
+def privacy_amount(rho: float | None, epsilon: float | None, delta: float | None) -> Json:
+    """The body's amount: `rho`, or `epsilon` with `delta` (the service converts it)."""
+    body: Json = {}
+    if rho is not None:
+        body["rho"] = rho
+    if epsilon is not None:
+        body["epsilon"] = epsilon
+        if delta is not None:
+            body["delta"] = delta
+    return body
 
 
 def marginal_lists(marginals: Marginals, *, field: str) -> list[list[str]]:
@@ -78,12 +88,13 @@ class Client(BaseClient):
         marginals: Marginals,
         *,
         noise: Noise = ...,
-        rho: Rho | None = ...,
+        rho: float | None = ...,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         sigma: float | None = ...,
         scale: float | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[False] = ...,
-        delta: float | None = ...,
     ) -> Job: ...
 
     @overload
@@ -93,12 +104,13 @@ class Client(BaseClient):
         marginals: Marginals,
         *,
         noise: Noise = ...,
-        rho: Rho | None = ...,
+        rho: float | None = ...,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         sigma: float | None = ...,
         scale: float | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[True],
-        delta: float | None = ...,
     ) -> Json: ...
 
     @overload
@@ -108,12 +120,13 @@ class Client(BaseClient):
         marginals: Marginals,
         *,
         noise: Noise = ...,
-        rho: Rho | None = ...,
+        rho: float | None = ...,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         sigma: float | None = ...,
         scale: float | None = ...,
         idempotency_key: str | None = ...,
         dry_run: bool,
-        delta: float | None = ...,
     ) -> Job | Json: ...
 
     def measure(
@@ -122,157 +135,186 @@ class Client(BaseClient):
         marginals: Marginals,
         *,
         noise: Noise = "gaussian",
-        rho: Rho | None = None,
+        rho: float | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
         sigma: float | None = None,
         scale: float | None = None,
         idempotency_key: str | None = None,
         dry_run: bool = False,
-        delta: float | None = None,
     ) -> Job | Json:
-        """Measure noisy marginals, paying `rho` (split equally over them) — or give the
-        noise itself, `sigma` (Gaussian) or `scale` (Laplace). Returns the queued `Job`
-        (`.wait()` for it); `ApiError` 409 `insufficient_budget` (with `rho_remaining`)
-        charges nothing. `idempotency_key` makes a retry return the first job, charged
-        once. `dry_run=True`: only what it would cost and how accurate it would be (ε at
-        `delta`), as a dict; nothing charged."""
+        """Measure noisy marginals, paying `rho` (split equally over them), or `epsilon`
+        at `delta` (converted to ρ by the service), or giving the noise itself: `sigma`
+        (Gaussian) or `scale` (Laplace). Returns the queued `Job` (`.wait()` for it);
+        `ApiError` 409 `insufficient_budget` (with `rho_remaining`) charges nothing.
+        `idempotency_key` makes a retry return the first job, charged once.
+        `dry_run=True`: what it would cost (ε at `delta`) and how accurate it would be,
+        as a dict; nothing is charged."""
         body: Json = {"marginals": marginal_lists(marginals, field="marginals"), "noise": noise}
-        for name, value in (("rho", rho), ("sigma", sigma), ("scale", scale)):
-            if value is not None:
-                body[name] = dict(value) if isinstance(value, Mapping) else value
+        body.update(privacy_amount(rho, epsilon, delta))
+        if sigma is not None:
+            body["sigma"] = sigma
+        if scale is not None:
+            body["scale"] = scale
         path = f"/v1/datasets/{segment(dataset_id)}/measurements"
         return self._submit(
             path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
         )
 
-    def _mechanism_body(
-        self, rho: Rho, workload: Marginals | None, max_model_cells: int | None
-    ) -> Json:
-        body: Json = {"rho": dict(rho) if isinstance(rho, Mapping) else rho}
-        if workload is not None:
-            body["workload"] = marginal_lists(workload, field="workload")
-        if max_model_cells is not None:
-            body["max_model_cells"] = max_model_cells
-        return body
+    def _mechanism(
+        self,
+        kind: str,
+        dataset_id: str,
+        amount: Json,
+        options: Json,
+        *,
+        idempotency_key: str | None,
+        dry_run: bool,
+        delta: float | None,
+    ) -> Job | Json:
+        body = {**amount, **{k: v for k, v in options.items() if v is not None}}
+        if body.get("workload") is not None:
+            body["workload"] = marginal_lists(body["workload"], field="workload")
+        path = f"/v1/datasets/{segment(dataset_id)}/mechanisms/{kind}"
+        return self._submit(
+            path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
+        )
 
     @overload
     def aim(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[False] = ...,
-        delta: float | None = ...,
     ) -> Job: ...
 
     @overload
     def aim(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[True],
-        delta: float | None = ...,
     ) -> Json: ...
 
     @overload
     def aim(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: bool,
-        delta: float | None = ...,
     ) -> Job | Json: ...
 
     def aim(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = None,
         *,
+        epsilon: float | None = None,
+        delta: float | None = None,
         workload: Marginals | None = None,
         max_model_cells: int | None = None,
         idempotency_key: str | None = None,
         dry_run: bool = False,
-        delta: float | None = None,
     ) -> Job | Json:
-        """AIM (McKenna et al. 2022): charged `rho` up front, it chooses which marginals
-        to measure for `workload` (default: all 2-way). Returns the `Job`; `dry_run=True`
-        returns its schedule and expected errors instead, charging nothing."""
-        body = self._mechanism_body(rho, workload, max_model_cells)
-        path = f"/v1/datasets/{segment(dataset_id)}/mechanisms/aim"
-        return self._submit(
-            path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
+        """AIM (McKenna et al. 2022): charged `rho` (or `epsilon` at `delta`) up front, it
+        chooses which marginals to measure for `workload` (default: all 2-way). Returns
+        the `Job`; `dry_run=True` returns its schedule and expected errors instead,
+        charging nothing."""
+        return self._mechanism(
+            "aim",
+            dataset_id,
+            privacy_amount(rho, epsilon, delta),
+            {"workload": workload, "max_model_cells": max_model_cells},
+            idempotency_key=idempotency_key,
+            dry_run=dry_run,
+            delta=delta,
         )
 
     @overload
     def mwem(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         rounds: int | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[False] = ...,
-        delta: float | None = ...,
     ) -> Job: ...
 
     @overload
     def mwem(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         rounds: int | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: Literal[True],
-        delta: float | None = ...,
     ) -> Json: ...
 
     @overload
     def mwem(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = ...,
         *,
+        epsilon: float | None = ...,
+        delta: float | None = ...,
         workload: Marginals | None = ...,
         rounds: int | None = ...,
         max_model_cells: int | None = ...,
         idempotency_key: str | None = ...,
         dry_run: bool,
-        delta: float | None = ...,
     ) -> Job | Json: ...
 
     def mwem(
         self,
         dataset_id: str,
-        rho: Rho,
+        rho: float | None = None,
         *,
+        epsilon: float | None = None,
+        delta: float | None = None,
         workload: Marginals | None = None,
         rounds: int | None = None,
         max_model_cells: int | None = None,
         idempotency_key: str | None = None,
         dry_run: bool = False,
-        delta: float | None = None,
     ) -> Job | Json:
         """MWEM+PGM: `rounds` exponential-mechanism selections over `workload`, charged
-        `rho` up front. Returns the `Job`; `dry_run=True` its rounds and errors instead."""
-        body = self._mechanism_body(rho, workload, max_model_cells)
-        if rounds is not None:
-            body["rounds"] = rounds
-        path = f"/v1/datasets/{segment(dataset_id)}/mechanisms/mwem"
-        return self._submit(
-            path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
+        `rho` (or `epsilon` at `delta`) up front. Returns the `Job`; `dry_run=True` its
+        rounds and expected errors instead."""
+        return self._mechanism(
+            "mwem",
+            dataset_id,
+            privacy_amount(rho, epsilon, delta),
+            {"workload": workload, "rounds": rounds, "max_model_cells": max_model_cells},
+            idempotency_key=idempotency_key,
+            dry_run=dry_run,
+            delta=delta,
         )

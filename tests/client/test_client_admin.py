@@ -137,7 +137,7 @@ def test_grants_are_made_listed_changed_and_revoked(
     assert twice.value.status == 409
     listed = {g["id"]: g for g in admin.grants(dataset["id"], page_size=1)}
     assert listed[grant["id"]]["tenant_id"] == tenant["id"]
-    raised = admin.set_grant(dataset["id"], grant["id"], "0.3")
+    raised = admin.set_grant(dataset["id"], grant["id"], 0.3)
     assert raised["rho_limit_exact"] == "0.3"
     with pytest.raises(ApiError) as past_total:
         admin.set_grant(dataset["id"], grant["id"], 5)
@@ -210,5 +210,5 @@ def test_purged_records_keep_the_model_and_a_deleted_dataset_keeps_its_ledger(
 
 
 def test_health_and_metrics(admin: AdminClient) -> None:
-    assert admin.health() == {"status": "ok", "database": "ok"}
+    assert admin.health()["status"] == "ok"
     assert "privq_http_requests_total" in admin.metrics()

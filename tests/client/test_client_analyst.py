@@ -300,7 +300,7 @@ def test_cancelling_a_queued_job_refunds_it_and_wait_reports_the_cancellation(
 ) -> None:
     before = analyst.budget(dataset_id)["rho_spent"]
     # One worker: the second job stays queued behind the first (many small rounds).
-    running = analyst.mwem(dataset_id, 0.02, rounds=40)
+    running = analyst.mwem(dataset_id, 0.02, rounds=15)
     queued = analyst.measure(dataset_id, [["grade"]], rho=0.01)
     cancelled = analyst.cancel_job(queued.id)
     assert cancelled.status == "cancelled"

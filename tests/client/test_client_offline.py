@@ -164,12 +164,13 @@ def test_requests_carry_the_key_and_the_bodies_the_contract_names() -> None:
         return httpx.Response(200, json={"dry_run": True})
 
     client = scripted(handle)
-    client.mwem("d 1", {"epsilon": 1.0, "delta": 1e-6}, rounds=5, workload=["a"], dry_run=True)
+    client.mwem("d 1", epsilon=1.0, delta=1e-6, rounds=5, workload=["a"], dry_run=True)
     (request,) = sent
     assert request.headers["Authorization"] == "Bearer pq_test"
-    assert request.url.raw_path == b"/v1/datasets/d%201/mechanisms/mwem?dry_run=true"
+    assert request.url.raw_path == b"/v1/datasets/d%201/mechanisms/mwem?dry_run=true&delta=1e-06"
     assert json.loads(request.content) == {
-        "rho": {"epsilon": 1.0, "delta": 1e-6},
+        "epsilon": 1.0,
+        "delta": 1e-6,
         "workload": [["a"]],
         "rounds": 5,
     }
