@@ -2,7 +2,7 @@
 purged and deleted datasets
 
 Revision ID: i12_lifecycle
-Revises: 0002
+Revises: i10a_measurement_quarantine
 Create Date: 2026-11-23 12:00:00
 
 Each tenant's one key (tenants.api_key_hash, key_prefix) becomes its first row in
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "i12_lifecycle"
-down_revision: str | None = "0002"
+down_revision: str | None = "i10a_measurement_quarantine"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -108,7 +108,7 @@ def mechanism(
     tenant_id: str,
     dataset_id: str,
     settings: Any,
-    rho: float | str,
+    rho_units_total: int,
     workload: Sequence[Sequence[str]] | None,
     max_model_cells: int | None,
     rounds: int | None,
@@ -123,7 +123,7 @@ def mechanism(
     params, units = mechanism_service.plan(
         kind,
         domain,
-        rho=rho,
+        rho_units_total=rho_units_total,
         workload=workload,
         max_model_cells=max_model_cells,
         rounds=rounds,

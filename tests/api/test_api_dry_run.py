@@ -30,9 +30,9 @@ def counts(database, dataset_id: str) -> tuple[int, int]:
 
 
 def test_measurement_dry_run_prices_exactly_and_writes_nothing(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     url = f"/v1/datasets/{dataset['id']}/measurements"
-    body = {"marginals": [["sex"], ["sex", "age"]], "noise": "gaussian", "rho": "0.25"}
+    body = {"marginals": [["sex"], ["sex", "age"]], "noise": "gaussian", "rho": 0.25}
     response = client.post(
         url, params={"dry_run": "true", "delta": 1e-5}, json=body, headers=tenant["headers"]
     )
@@ -65,7 +65,7 @@ def test_measurement_dry_run_prices_exactly_and_writes_nothing(client, api, data
 
 
 def test_laplace_dry_run_from_a_scale_and_an_unaffordable_one(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("0.01")
+    tenant, dataset = api.tenant_with_grant(0.01)
     url = f"/v1/datasets/{dataset['id']}/measurements"
     response = client.post(
         url,
@@ -87,17 +87,17 @@ def test_laplace_dry_run_from_a_scale_and_an_unaffordable_one(client, api, datab
 
 
 def test_dry_run_refuses_what_the_real_request_refuses(client, api) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     other = api.create_tenant()
     url = f"/v1/datasets/{dataset['id']}/measurements"
-    body = {"marginals": [["sex"]], "rho": "0.1"}
+    body = {"marginals": [["sex"]], "rho": 0.1}
     params = {"dry_run": True}
     assert client.post(url, params=params, json=body).status_code == 401
     assert client.post(url, params=params, json=body, headers=ADMIN_HEADERS).status_code == 403
     hidden = client.post(url, params=params, json=body, headers=other["headers"])
     assert hidden.status_code == 404
     bad = client.post(
-        url, params=params, json={"marginals": [["nope"]], "rho": "0.1"}, headers=tenant["headers"]
+        url, params=params, json={"marginals": [["nope"]], "rho": 0.1}, headers=tenant["headers"]
     )
     assert bad.status_code == 422 and "nope" in bad.json()["error"]["message"]
     bad_delta = client.post(
@@ -107,12 +107,12 @@ def test_dry_run_refuses_what_the_real_request_refuses(client, api) -> None:
 
 
 def test_mechanism_dry_runs_give_their_schedule(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     base = f"/v1/datasets/{dataset['id']}/mechanisms"
     mwem = client.post(
         f"{base}/mwem",
         params={"dry_run": True},
-        json={"rho": "0.5", "workload": [["sex", "age"]], "rounds": 4},
+        json={"rho": 0.5, "workload": [["sex", "age"]], "rounds": 4},
         headers=tenant["headers"],
     )
     assert mwem.status_code == 200, mwem.text
@@ -127,7 +127,7 @@ def test_mechanism_dry_runs_give_their_schedule(client, api, database) -> None:
     )
 
     aim = client.post(
-        f"{base}/aim", params={"dry_run": True}, json={"rho": "0.5"}, headers=tenant["headers"]
+        f"{base}/aim", params={"dry_run": True}, json={"rho": 0.5}, headers=tenant["headers"]
     )
     assert aim.status_code == 200, aim.text
     estimate = aim.json()

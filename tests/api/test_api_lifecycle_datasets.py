@@ -37,10 +37,10 @@ def free_answers(client, dataset_id: str, headers: dict[str, str]) -> list[Any]:
 
 
 def measured(client, api, database, settings) -> tuple[dict[str, Any], dict[str, Any], Worker]:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     response = client.post(
         f"/v1/datasets/{dataset['id']}/measurements",
-        json={"marginals": [["sex", "age"]], "rho": "0.5"},
+        json={"marginals": [["sex", "age"]], "rho": 0.5},
         headers=tenant["headers"],
     )
     assert response.status_code == 202
@@ -78,10 +78,10 @@ def test_free_answers_are_unchanged_after_the_records_are_purged(
 
     # Measuring needs records: refused, nothing charged — dry runs and mechanisms too.
     for path, body, params in (
-        ("/measurements", {"marginals": [["sex"]], "rho": "0.1"}, {}),
-        ("/measurements", {"marginals": [["sex"]], "rho": "0.1"}, {"dry_run": True}),
-        ("/mechanisms/aim", {"rho": "0.1"}, {}),
-        ("/mechanisms/mwem", {"rho": "0.1"}, {"dry_run": True}),
+        ("/measurements", {"marginals": [["sex"]], "rho": 0.1}, {}),
+        ("/measurements", {"marginals": [["sex"]], "rho": 0.1}, {"dry_run": True}),
+        ("/mechanisms/aim", {"rho": 0.1}, {}),
+        ("/mechanisms/mwem", {"rho": 0.1}, {"dry_run": True}),
     ):
         refused = client.post(
             f"/v1/datasets/{dataset['id']}{path}",
@@ -103,10 +103,10 @@ def test_free_answers_are_unchanged_after_the_records_are_purged(
 
 
 def test_purge_and_delete_wait_for_unfinished_jobs(client, api) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     job = client.post(
         f"/v1/datasets/{dataset['id']}/measurements",
-        json={"marginals": [["sex"]], "rho": "0.1"},
+        json={"marginals": [["sex"]], "rho": 0.1},
         headers=tenant["headers"],
     ).json()["job_id"]
     for url in (f"/v1/datasets/{dataset['id']}/records", f"/v1/datasets/{dataset['id']}"):

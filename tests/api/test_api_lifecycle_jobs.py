@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import ADMIN_HEADERS
 
 
-def measure(client, tenant, dataset, rho: str = "0.01") -> str:
+def measure(client, tenant, dataset, rho: float = 0.01) -> str:
     response = client.post(
         f"/v1/datasets/{dataset['id']}/measurements",
         json={"marginals": [["sex"]], "rho": rho},
@@ -16,11 +16,11 @@ def measure(client, tenant, dataset, rho: str = "0.01") -> str:
 
 
 def test_job_list_is_newest_first_filtered_and_private(client, api) -> None:
-    alice, dataset = api.tenant_with_grant("1")
+    alice, dataset = api.tenant_with_grant(1)
     bob = api.create_tenant()
-    api.grant(dataset["id"], bob["id"], "1")
+    api.grant(dataset["id"], bob["id"], 1)
     other_dataset = api.upload_dataset()
-    api.grant(other_dataset["id"], alice["id"], "1")
+    api.grant(other_dataset["id"], alice["id"], 1)
 
     first = measure(client, alice, dataset)
     bobs = measure(client, bob, dataset)
@@ -50,7 +50,7 @@ def test_job_list_is_newest_first_filtered_and_private(client, api) -> None:
 
 
 def test_job_list_refuses_bad_filters_and_anonymous_callers(client, api) -> None:
-    alice, _ = api.tenant_with_grant("1")
+    alice, _ = api.tenant_with_grant(1)
     assert client.get("/v1/jobs").status_code == 401
     for params in ({"status": "finished"}, {"kind": "DROP TABLE"}, {"limit": 0}):
         response = client.get("/v1/jobs", params=params, headers=alice["headers"])
@@ -63,8 +63,8 @@ def ledger_lines(client, dataset_id: str) -> list[tuple[str, str, str | None]]:
 
 
 def test_cancelling_a_queued_job_refunds_its_whole_charge_exactly(client, api) -> None:
-    alice, dataset = api.tenant_with_grant("1")
-    job_id = measure(client, alice, dataset, rho="0.333333333333")
+    alice, dataset = api.tenant_with_grant(1)
+    job_id = measure(client, alice, dataset, rho=0.333333333333)
     budget_url = f"/v1/datasets/{dataset['id']}/budget"
     assert client.get(budget_url, headers=alice["headers"]).json()["rho_remaining_exact"] == (
         "0.666666666667"
@@ -87,7 +87,7 @@ def test_cancelling_a_queued_job_refunds_its_whole_charge_exactly(client, api) -
 def test_cancel_refusals(client, api, database, settings) -> None:
     from app.worker import Worker
 
-    alice, dataset = api.tenant_with_grant("1")
+    alice, dataset = api.tenant_with_grant(1)
     bob = api.create_tenant()
     job_id = measure(client, alice, dataset)
     assert client.post(f"/v1/jobs/{job_id}/cancel").status_code == 401
@@ -102,8 +102,8 @@ def test_cancel_refusals(client, api, database, settings) -> None:
 
 
 def test_the_admin_may_cancel_any_job(client, api) -> None:
-    alice, dataset = api.tenant_with_grant("1")
-    job_id = measure(client, alice, dataset, rho="0.5")
+    alice, dataset = api.tenant_with_grant(1)
+    job_id = measure(client, alice, dataset, rho=0.5)
     response = client.post(f"/v1/jobs/{job_id}/cancel", headers=ADMIN_HEADERS)
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert ledger_lines(client, dataset["id"])[-1] == ("refund", "-0.5", job_id)

@@ -31,7 +31,7 @@ def detail(client, tenant_id: str) -> dict[str, Any]:
 
 
 def test_tenant_detail_shows_keys_and_grants_never_the_key(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("0.75")
+    tenant, dataset = api.tenant_with_grant(0.75)
     client.get("/v1/datasets", headers=tenant["headers"])
     shown = detail(client, tenant["id"])
     assert (shown["id"], shown["name"], shown["disabled"]) == (tenant["id"], tenant["name"], False)
@@ -52,7 +52,7 @@ def test_tenant_detail_shows_keys_and_grants_never_the_key(client, api, database
 
 
 def test_rotation_without_downtime(client, api, other_replica) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     old = tenant["headers"]
     url = f"/v1/datasets/{dataset['id']}"
     assert other_replica.get(url, headers=old).status_code == 200
@@ -102,7 +102,7 @@ def test_key_routes_refuse_strangers_and_unknown_ids(client, api) -> None:
 
 
 def test_a_disabled_tenant_is_locked_out_and_let_back_in(client, api, other_replica) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     second = bearer(
         client.post(f"/v1/tenants/{tenant['id']}/keys", headers=ADMIN_HEADERS).json()["api_key"]
     )

@@ -57,7 +57,7 @@ def test_metric_names_follow_prometheus_conventions(client, api, database, setti
     dataset_id = dataset["id"]
     accepted = client.post(
         f"/v1/datasets/{dataset_id}/measurements",
-        json={"marginals": [["sex"], ["age"], ["sex", "age"]], "rho": "0.3"},
+        json={"marginals": [["sex"], ["age"], ["sex", "age"]], "rho": 0.3},
         headers=tenant["headers"],
     )
     assert accepted.status_code == 202, accepted.text
@@ -69,7 +69,7 @@ def test_metric_names_follow_prometheus_conventions(client, api, database, setti
     # A job that fails before any noise is drawn is refunded: a refund by dataset.
     doomed = client.post(
         f"/v1/datasets/{dataset_id}/measurements",
-        json={"marginals": [["sex"]], "rho": "0.1"},
+        json={"marginals": [["sex"]], "rho": 0.1},
         headers=tenant["headers"],
     )
     with database.unit_of_work() as session:

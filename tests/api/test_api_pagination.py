@@ -51,7 +51,7 @@ def test_tenants_and_datasets_page_in_creation_order(client, api) -> None:
     tenant = api.create_tenant()
     datasets = [api.upload_dataset()["id"] for _ in range(3)]
     for dataset_id in datasets:
-        api.grant(dataset_id, tenant["id"], "0.1")
+        api.grant(dataset_id, tenant["id"], 0.1)
     visible = walk(client, "/v1/datasets", tenant["headers"], limit=2)
     assert [len(page) for page in visible] == [2, 1]
     assert flat_ids(visible) == datasets
@@ -59,7 +59,7 @@ def test_tenants_and_datasets_page_in_creation_order(client, api) -> None:
 
 
 def test_the_last_page_has_no_link_and_filters_stay_in_the_link(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     with database.unit_of_work() as session:
         for _ in range(5):
             ledger.charge(
@@ -81,7 +81,7 @@ def test_grants_page_with_spent_and_remaining(client, api, database) -> None:
     dataset = api.upload_dataset()
     tenants = [api.create_tenant() for _ in range(3)]
     for tenant in tenants:
-        api.grant(dataset["id"], tenant["id"], "0.5")
+        api.grant(dataset["id"], tenant["id"], 0.5)
     with database.unit_of_work() as session:
         ledger.charge(
             session,
@@ -98,7 +98,7 @@ def test_grants_page_with_spent_and_remaining(client, api, database) -> None:
 
 
 def test_measurements_page(client, api, database) -> None:
-    tenant, dataset = api.tenant_with_grant("1")
+    tenant, dataset = api.tenant_with_grant(1)
     job_id = new_id()
     with database.unit_of_work() as session:
         jobs.create(

@@ -9,10 +9,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import BeforeValidator
 
 from app.api.deps import PrincipalDep, ReadSessionDep
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
+from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
@@ -30,13 +32,18 @@ DEFAULT_DELTA = 1e-6
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_budget(
-    dataset_id: str,
+    dataset_id: ResourceId,
     session: ReadSessionDep,
     principal: PrincipalDep,
     delta: Annotated[
-        float, Query(gt=0, lt=1, description="δ for the (ε, δ) report.")
+        float,
+        DELTA.field("δ for the (ε, δ) report."),
+        BeforeValidator(DELTA.check_text),
+        Query(),
     ] = DEFAULT_DELTA,
-    tenant_id: Annotated[str | None, Query(description="Admin only: whose grant to read.")] = None,
+    tenant_id: Annotated[
+        ResourceId | None, Query(description="Admin only: whose grant to read.")
+    ] = None,
 ) -> BudgetOut:
     """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
     if principal.tenant is not None:
@@ -68,7 +75,7 @@ def read_budget(
     responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
 def read_ledger(
-    dataset_id: str,
+    dataset_id: ResourceId,
     request: Request,
     response: Response,
     session: ReadSessionDep,

@@ -11,6 +11,7 @@ from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, Se
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
+from app.api.types import Name, ResourceId, SafeText
 from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
@@ -42,7 +43,7 @@ SCHEMA_EXAMPLE = json.dumps(
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
     schema_text: Annotated[
-        str,
+        SafeText,
         Form(
             alias="schema",
             description='The public schema as JSON: {"attributes": [...]} or a size map '
@@ -50,20 +51,29 @@ def upload_dataset(
             examples=[SCHEMA_EXAMPLE, '{"age": 85, "sex": 2}'],
         ),
     ],
-    name: Annotated[str, Form(max_length=200, examples=["adult"])],
+    name: Annotated[Name, Form(examples=["adult"])],
     session: SessionDep,
     settings: SettingsDep,
     _admin: AdminAuth,
     rho_total: Annotated[
         str | None,
-        Form(description="Optional cap on the ρ of all grants together.", examples=["2.0"]),
+        Form(
+            max_length=100,
+            description="Optional cap on the ρ of all grants together: a number with "
+            "0 < rho_total ≤ 1e6, any number of digits (rounded down to 1e-12).",
+            examples=["2.0"],
+        ),
     ] = None,
 ) -> DatasetOut:
     """Upload a CSV: validated against the schema row by row, encoded and stored; nothing
     is stored if any value is outside the schema (the error names the column and lines)."""
     # The JSON text itself, so the parser also catches duplicate keys.
     dataset_schema = dataset_service.parse_dataset_schema(schema_text)
-    rho_total_units = None if rho_total in (None, "") else rho_units(rho_total, field="rho_total")
+    rho_total_units = (
+        None
+        if rho_total in (None, "")
+        else rho_units(rho_total, field="rho_total", rounding="down")
+    )
     dataset = dataset_service.create_dataset(
         session,
         name=name,
@@ -102,7 +112,9 @@ def list_datasets(
     response_model_exclude_none=True,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
+def read_dataset(
+    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
+) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
     tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
@@ -115,7 +127,7 @@ def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalD
     summary="Destroy a dataset's raw records; its model keeps answering (admin)",
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
-def purge_records(dataset_id: str, session: SessionDep, _admin: AdminAuth) -> Response:
+def purge_records(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
     """The uploaded records are deleted from the database; every free answer (marginals,
     counts, queries, synthetic data) keeps working from the model, and measuring gets
     409 `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
@@ -130,7 +142,7 @@ def purge_records(dataset_id: str, session: SessionDep, _admin: AdminAuth) -> Re
     summary="Delete a dataset: records, measurements and models (admin)",
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
-def delete_dataset(dataset_id: str, session: SessionDep, _admin: AdminAuth) -> Response:
+def delete_dataset(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
     """Records, measurements and model versions are deleted and every grant on it revoked;
     the dataset is then a 404 to everyone. The ledger keeps its lines for the audit
     (`GET /v1/ledger?dataset_id=`). 409 `jobs_pending` while a job is queued or running."""

@@ -8,10 +8,10 @@ from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
+from app.api.types import ResourceId
 from app.errors import BelowSpent, GrantRevoked, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
-from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (admin)"])
 
@@ -28,11 +28,17 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
     ),
 )
 def create_grant(
-    dataset_id: str, body: GrantCreate, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId, body: GrantCreate, session: SessionDep, _admin: AdminAuth
 ) -> GrantOut:
-    """Grant a tenant a ρ budget on this dataset (grants together stay within rho_total)."""
+    """Grant a tenant a ρ budget on this dataset (grants together stay within rho_total).
+
+    Give `rho` with any number of digits (the limit is rounded down to the ledger's unit
+    of 1e-12; `rho_limit_exact` shows it), or `epsilon` and `delta`."""
     grant = grant_service.create_grant(
-        session, dataset_id=dataset_id, tenant_id=body.tenant_id, rho_units=rho_units(body.rho)
+        session,
+        dataset_id=dataset_id,
+        tenant_id=body.tenant_id,
+        rho_units=body.required_units(rounding="down"),
     )
     return GrantOut.of(grant)
 
@@ -46,7 +52,7 @@ def create_grant(
     },
 )
 def list_grants(
-    dataset_id: str,
+    dataset_id: ResourceId,
     request: Request,
     response: Response,
     session: ReadSessionDep,
@@ -76,12 +82,19 @@ def list_grants(
     ),
 )
 def update_grant(
-    dataset_id: str, grant_id: str, body: GrantUpdate, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId,
+    grant_id: ResourceId,
+    body: GrantUpdate,
+    session: SessionDep,
+    _admin: AdminAuth,
 ) -> GrantOut:
     """Top up or lower a tenant's limit. Never below what the grant has spent (409
     `rho_below_spent`), never past the dataset's rho_total (409 `rho_total_exceeded`)."""
     grant = grant_service.set_limit(
-        session, dataset_id=dataset_id, grant_id=grant_id, rho_units=rho_units(body.rho)
+        session,
+        dataset_id=dataset_id,
+        grant_id=grant_id,
+        rho_units=body.required_units(rounding="down"),
     )
     spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
     return GrantOut.of(grant, spent_units=spent)
@@ -94,7 +107,7 @@ def update_grant(
     responses=refusals(NotFound, not_found="No such dataset, or no such grant on it."),
 )
 def revoke_grant(
-    dataset_id: str, grant_id: str, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId, grant_id: ResourceId, session: SessionDep, _admin: AdminAuth
 ) -> Response:
     """The tenant gets 404 on the dataset from then on, as if it did not exist; its jobs
     on it that have not finished are cancelled (a queued one refunded whole). The ledger

@@ -13,6 +13,7 @@ from app.api.deps import PrincipalDep, ReadSessionDep, SessionDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.routers.measurements import JobOut
+from app.api.types import ResourceId
 from app.errors import JobFinished, NotFound
 from app.services import jobs as job_service
 
@@ -70,7 +71,7 @@ def list_jobs(
     "refunds what it had not used",
     responses=refusals(NotFound, JobFinished, not_found="No such job (or not yours)."),
 )
-def cancel_job(job_id: str, session: SessionDep, principal: PrincipalDep) -> JobOut:
+def cancel_job(job_id: ResourceId, session: SessionDep, principal: PrincipalDep) -> JobOut:
     """The job's owner or the admin. A queued job becomes `cancelled` and its whole charge
     is refunded (a refund line of its own in the ledger). A running job stops at its next
     safe point and refunds exactly the ρ it had not used yet; noise already drawn stays

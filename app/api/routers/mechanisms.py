@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, SessionDep, SettingsDep
@@ -17,9 +17,11 @@ from app.api.routers.measurements import (
     DryRunFlag,
     IdempotencyKey,
     JobAccepted,
+    MarginalIn,
     dry_run_response,
 )
-from app.api.schemas import NO_SUCH_DATASET, DryRunOut, RequestBody, error_responses
+from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
+from app.api.types import NumberRange, ResourceId
 from app.config import Settings
 from app.db import Database, Tenant
 from app.services import dry_run as dry_run_service
@@ -41,23 +43,35 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-class AimRequest(RequestBody):
+MODEL_CELLS = NumberRange("max_model_cells", ge=1, le=10**12, whole=True)
+ROUNDS = NumberRange("rounds", ge=1, le=mechanism_service.MAX_MWEM_ROUNDS, whole=True)
+
+
+class AimRequest(PrivacyAmount):
+    """`rho` (charged up front, rounded UP to the ledger's unit of 1e-12), or `epsilon`
+    with `delta` (converted to ρ, rounded down); the workload; an optional model cap."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {"rho": 0.5, "workload": [["age", "sex"], ["race", "income>50K"]]},
                 {"rho": 0.1, "max_model_cells": 100000},
+                {"epsilon": 1.0, "delta": 1e-9},
             ]
         },
     )
-    rho: float | str = Field(description="Total ρ the mechanism may spend (charged up front).")
-    workload: list[list[str]] | None = Field(
-        default=None, description="Marginals you will ask about (default: all 2-way)."
+    workload: list[MarginalIn] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=mechanism_service.MAX_WORKLOAD,
+        description="Marginals you will ask about (default: all 2-way).",
     )
-    max_model_cells: int | None = Field(
-        default=None, description="Cap on the model's size (default: the service's cap)."
-    )
+    max_model_cells: Annotated[
+        int | None,
+        MODEL_CELLS.field("Cap on the model's size (default and at most: the service's cap)."),
+        BeforeValidator(lambda value: value if value is None else MODEL_CELLS.check(value)),
+    ] = None
 
 
 class MwemRequest(AimRequest):
@@ -67,7 +81,11 @@ class MwemRequest(AimRequest):
             "examples": [{"rho": 0.5, "workload": [["age", "sex"], ["race", "sex"]], "rounds": 30}]
         },
     )
-    rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
+    rounds: Annotated[
+        int | None,
+        ROUNDS.field("T, the number of rounds (default: the number of attributes)."),
+        BeforeValidator(lambda value: value if value is None else ROUNDS.check(value)),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,7 @@ class Submission:
                     tenant_id=self.tenant.id,
                     dataset_id=dataset_id,
                     settings=self.settings,
-                    rho=body.rho,
+                    rho_units_total=body.required_units(rounding="up"),
                     workload=body.workload,
                     max_model_cells=body.max_model_cells,
                     rounds=getattr(body, "rounds", None),
@@ -106,7 +124,7 @@ class Submission:
             tenant_id=self.tenant.id,
             dataset_id=dataset_id,
             settings=self.settings,
-            rho=body.rho,
+            rho_units_total=body.required_units(rounding="up"),
             workload=body.workload,
             max_model_cells=body.max_model_cells,
             rounds=getattr(body, "rounds", None),
@@ -135,7 +153,7 @@ SubmissionDep = Annotated[Submission, Depends(_submission)]
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_aim(
-    dataset_id: str, body: AimRequest, submission: SubmissionDep
+    dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`.
 
@@ -149,7 +167,7 @@ def run_aim(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
 def run_mwem(
-    dataset_id: str, body: MwemRequest, submission: SubmissionDep
+    dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload.
 

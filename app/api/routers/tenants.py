@@ -23,6 +23,7 @@ from app.api.schemas import (
     TenantOut,
     TenantUpdate,
 )
+from app.api.types import ResourceId
 from app.errors import AlreadyExists, NotFound
 from app.services import grants as grant_service
 from app.services import keys as key_service
@@ -90,7 +91,7 @@ def list_tenants(
     summary="A tenant with its keys and grants",
     responses=NO_SUCH_TENANT,
 )
-def read_tenant(tenant_id: str, session: ReadSessionDep, _admin: AdminAuth) -> TenantDetail:
+def read_tenant(tenant_id: ResourceId, session: ReadSessionDep, _admin: AdminAuth) -> TenantDetail:
     """The tenant, each of its keys (prefix, created, last used, revoked — never the key)
     and each of its grants with limit, spent and remaining ρ."""
     return tenant_detail(session, tenant_id)
@@ -103,7 +104,7 @@ def read_tenant(tenant_id: str, session: ReadSessionDep, _admin: AdminAuth) -> T
     responses=NO_SUCH_TENANT,
 )
 def update_tenant(
-    tenant_id: str, body: TenantUpdate, session: SessionDep, _admin: AdminAuth
+    tenant_id: ResourceId, body: TenantUpdate, session: SessionDep, _admin: AdminAuth
 ) -> TenantDetail:
     """`{"disabled": true}`: every key of the tenant gets 401 `tenant_disabled` from the next
     request on, in every API process; `false` lets the same keys in again. Grants, jobs
@@ -119,7 +120,7 @@ def update_tenant(
     summary="Add an API key to a tenant (rotation: add, switch, revoke the old)",
     responses=NO_SUCH_TENANT,
 )
-def add_key(tenant_id: str, session: SessionDep, _admin: AdminAuth) -> ApiKeyCreated:
+def add_key(tenant_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> ApiKeyCreated:
     """One more key for the tenant, shown only in this response; its other keys keep
     working until they are revoked."""
     tenant = tenant_service.get_tenant(session, tenant_id)
@@ -135,7 +136,9 @@ def add_key(tenant_id: str, session: SessionDep, _admin: AdminAuth) -> ApiKeyCre
     summary="Revoke one of a tenant's API keys",
     responses=refusals(NotFound, not_found="No such tenant, or no such key of it."),
 )
-def revoke_key(tenant_id: str, key_id: str, session: SessionDep, _admin: AdminAuth) -> Response:
+def revoke_key(
+    tenant_id: ResourceId, key_id: ResourceId, session: SessionDep, _admin: AdminAuth
+) -> Response:
     """The key gets 401 `key_revoked` from its next request on, in every API process.
     Revoking it again changes nothing; the key's row stays for the audit."""
     tenant_service.get_tenant(session, tenant_id)
