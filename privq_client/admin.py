@@ -178,12 +178,21 @@ class AdminClient(BaseClient):
         """Every grant on the dataset with `rho_limit`, `rho_spent`, `rho_remaining`."""
         return self._all(f"/v1/datasets/{segment(dataset_id)}/grants", None, page_size)
 
-    def set_grant(self, dataset_id: str, grant_id: str, rho: float) -> Json:
-        """Raise or lower a grant's limit (409 `rho_below_spent`, `rho_total_exceeded`)."""
+    def set_grant(
+        self,
+        dataset_id: str,
+        grant_id: str,
+        rho: float | None = None,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> Json:
+        """Raise or lower a grant's limit, as `rho` or `epsilon` at `delta` (409
+        `rho_below_spent` under what it spent, `rho_total_exceeded` past the cap)."""
         body: Json = self._transport.json(
             "PATCH",
             f"/v1/datasets/{segment(dataset_id)}/grants/{segment(grant_id)}",
-            json={"rho": rho},
+            json=privacy_amount(rho, epsilon, delta),
         )
         return body
 

@@ -85,8 +85,14 @@ class BaseClient:
         return list(self.paginate(path, params, page_size=page_size))
 
     def health(self) -> Json:
-        """`GET /healthz`: `{"status": "ok", "database": "ok"}`, or `ApiError` 503."""
+        """`GET /healthz`: `{"status": "ok", …}` while the service answers."""
         body: Json = self._transport.json("GET", "/healthz")
+        return body
+
+    def ready(self) -> Json:
+        """`GET /readyz`: `{"status": "ready", …}` once the database answers with a current
+        schema; `ApiError` 503 with the reason before."""
+        body: Json = self._transport.json("GET", "/readyz")
         return body
 
     # ---- datasets and what was measured ------------------------------------------------

@@ -139,6 +139,9 @@ def test_grants_are_made_listed_changed_and_revoked(
     assert listed[grant["id"]]["tenant_id"] == tenant["id"]
     raised = admin.set_grant(dataset["id"], grant["id"], 0.3)
     assert raised["rho_limit_exact"] == "0.3"
+    by_epsilon = admin.set_grant(dataset["id"], grant["id"], epsilon=3.0, delta=1e-6)
+    assert 0.1 < by_epsilon["rho_limit"] < 0.3
+    admin.set_grant(dataset["id"], grant["id"], rho=0.3)
     with pytest.raises(ApiError) as past_total:
         admin.set_grant(dataset["id"], grant["id"], 5)
     assert past_total.value.code == "rho_total_exceeded"
@@ -166,8 +169,10 @@ def test_the_ledger_and_jobs_of_every_tenant(
 ) -> None:
     tenants = [admin.create_tenant(unique_name("spender")) for _ in range(2)]
     jobs = []
+    admin.grant(dataset["id"], tenants[0]["id"], 0.1)
+    by_epsilon = admin.grant(dataset["id"], tenants[1]["id"], epsilon=2.0, delta=1e-6)
+    assert 0.05 < by_epsilon["rho_limit"] < 0.1  # ε = 2 at δ = 1e-6 is ρ ≈ 0.09
     for tenant in tenants:
-        admin.grant(dataset["id"], tenant["id"], 0.1)
         job = tenant_client(service, tenant).measure(dataset["id"], [["grade"]], rho=0.05)
         jobs.append(job.wait(timeout=120, progress=False))
     whole = admin.ledger(dataset_id=dataset["id"])
@@ -209,6 +214,7 @@ def test_purged_records_keep_the_model_and_a_deleted_dataset_keeps_its_ledger(
     assert [line["rho"] for line in admin.ledger(dataset_id=uploaded["id"])] == [pytest.approx(0.1)]
 
 
-def test_health_and_metrics(admin: AdminClient) -> None:
+def test_health_readiness_and_metrics(admin: AdminClient) -> None:
     assert admin.health()["status"] == "ok"
+    assert admin.ready()["status"] == "ready"
     assert "privq_http_requests_total" in admin.metrics()

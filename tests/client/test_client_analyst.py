@@ -98,6 +98,9 @@ def test_a_dry_run_prices_the_request_and_charges_nothing(analyst: Client, datas
     assert aim["mechanism"] == "aim" and aim["delta"] == pytest.approx(1e-9)
     mwem = analyst.mwem(dataset_id, 0.1, rounds=3, workload=[["age", "sex"]], dry_run=True)
     assert mwem["mechanism"] == "mwem" and mwem["rounds"] == 3
+    by_epsilon = analyst.measure(dataset_id, [["sex"]], epsilon=0.5, delta=1e-6, dry_run=True)
+    # (ε, δ) becomes the largest ρ whose ε at that δ is at most the ε given.
+    assert 0.49 < by_epsilon["epsilon"] <= 0.5 and by_epsilon["delta"] == pytest.approx(1e-6)
     assert analyst.budget(dataset_id) == before
 
 
