@@ -147,8 +147,10 @@ class AdminClient(BaseClient):
         self._transport.request("DELETE", f"/v1/datasets/{segment(dataset_id)}/records")
 
     def set_estimator(self, dataset_id: str, estimator: Estimator) -> Json:
-        """Choose how the dataset's model is fitted (`mle` or `cgm-em`); the service refits
-        from the same measurements, spending nothing."""
+        """Choose how the dataset's model is fitted (`mle` or `cgm-em`). Returns the dataset;
+        if the estimator changed and something is measured, `refit_job_id` names the job
+        refitting the model from the same measurements (it spends nothing):
+        `admin.job(answer["refit_job_id"]).wait()`."""
         body: Json = self._transport.json(
             "PATCH", f"/v1/datasets/{segment(dataset_id)}", json={"estimator": estimator}
         )

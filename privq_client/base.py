@@ -207,7 +207,8 @@ class BaseClient:
     ) -> pd.DataFrame:
         """Synthetic records from the model, read as the CSV streams in: `rows` (default
         the model's estimated total), `method` (`round` or `sample`; the service's default
-        if None), `seed` for a repeatable table. `attrs` has `model_version` and `rows`. Free."""
+        if None), `seed` for a repeatable table. `attrs` has `model_version`, `rows` and the
+        `method` the service used (if it says). Free."""
         attributes = self.dataset(dataset_id).get("attributes", [])
         params = {"rows": rows, "method": method, "seed": seed}
         with self._transport.stream(
@@ -216,6 +217,7 @@ class BaseClient:
             frame = frames.synthetic_frame(response.iter_bytes(), attributes)
             announced = response.headers.get("X-Rows")
             version = response.headers.get("X-Model-Version")
+            used_method = response.headers.get("X-Synthetic-Method")
         if announced is not None and int(announced) != len(frame):
             raise TransportError(
                 f"the synthetic table ended after {len(frame)} of {announced} rows",
@@ -224,4 +226,5 @@ class BaseClient:
             )
         frame.attrs["model_version"] = int(version) if version else None
         frame.attrs["rows"] = len(frame)
+        frame.attrs["method"] = used_method
         return frame
