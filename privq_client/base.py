@@ -8,6 +8,7 @@ list lazily.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -46,7 +47,7 @@ class BaseClient:
         api_key: str,
         *,
         timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
         http_client: httpx.Client | None = None,
     ) -> None:
         self._transport = Transport(

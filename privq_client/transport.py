@@ -7,6 +7,7 @@ follows list routes' `Link: <…>; rel="next"` headers page by page.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from http import HTTPStatus
@@ -89,7 +90,7 @@ class Transport:
         *,
         timeout: float | None = DEFAULT_TIMEOUT_SECONDS,
         http_client: httpx.Client | None = None,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -109,8 +110,12 @@ class Transport:
             self._http.close()
 
     def url(self, path: str) -> str:
-        """An absolute URL: a path is under `base_url` (a path prefix kept), a URL as is."""
+        """An absolute URL: a path is under `base_url` (a path prefix kept); a whole URL
+        only on the service's own origin (the key is never sent anywhere else)."""
         if path.startswith(("http://", "https://")):
+            given, service = httpx.URL(path), httpx.URL(self.base_url)
+            if (given.scheme, given.netloc) != (service.scheme, service.netloc):
+                raise ValueError(f"{path} is not on the service at {self.base_url}")
             return path
         return self.base_url + ("" if path.startswith("/") else "/") + path
 
@@ -203,6 +208,17 @@ class Transport:
                 )
             yield from page
             link = response.links.get("next", {}).get("url")
+            if link and link.startswith(("http://", "https://")):
+                try:
+                    self.url(link)
+                except ValueError as error:
+                    raise ApiError(
+                        response.status_code,
+                        "invalid_response",
+                        f"the next-page link leaves the service: {error}",
+                        method="GET",
+                        url=str(response.url),
+                    ) from None
             # The link carries the page's whole query (filters, limit, cursor).
             next_path, query = (link, {}) if link else (None, {})
             if next_path is not None:

@@ -114,7 +114,7 @@ def test_nobody_listening_is_a_transport_error_naming_the_service() -> None:
     assert url in str(lost.value) and not isinstance(lost.value, ApiError)
 
 
-def test_pages_are_followed_under_a_path_prefix_and_a_repeated_link_stops() -> None:
+def test_pages_are_followed_under_a_path_prefix_never_in_a_loop_or_elsewhere() -> None:
     seen: list[str] = []
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -144,6 +144,16 @@ def test_pages_are_followed_under_a_path_prefix_and_a_repeated_link_stops() -> N
     with pytest.raises(ApiError) as loop:
         scripted(looping).jobs()
     assert loop.value.code == "invalid_response"
+
+    def elsewhere(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        link = '<http://other.test/v1/jobs?cursor=a>; rel="next"'
+        return httpx.Response(200, json=[{"id": 1}], headers={"Link": link})
+
+    seen.clear()
+    with pytest.raises(ApiError, match="leaves the service"):
+        scripted(elsewhere).jobs()
+    assert seen == [f"{BASE}/v1/jobs"]  # the key never went to other.test
 
 
 def test_a_synthetic_table_cut_short_is_a_transport_error() -> None:
