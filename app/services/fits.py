@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import Database, FitLock, utcnow
+from app.metrics import observe_fit
 from app.pgm.domain import Domain
 from app.pgm.estimation import FitRecord
 from app.pgm.model import GraphicalModel
@@ -199,6 +200,7 @@ def fit_now(
             new.remove(culprit)
             quarantined.add(culprit)
             progress({"quarantined": sorted(quarantined)})
+    observe_fit(record.solver, record.seconds, record.iterations)
     with database.unit_of_work() as session:
         lock = session.scalars(
             select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()
