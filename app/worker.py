@@ -171,6 +171,8 @@ class Worker:
             self._finish(job, result)
         except LeaseLost:
             logger.warning("lease lost; leaving the job to its new owner", extra={"job_id": job.id})
+        except jobs.JobCancelled:
+            self._cancelled(job)
         except OperationalError:
             logger.exception("database error; giving the job back", extra={"job_id": job.id})
             self._give_back(job)
@@ -279,6 +281,10 @@ class Worker:
         self.progress(job, {"stage": "measuring"})
         with self.database.unit_of_work() as session:
             jobs.require_lease(session, job_id=job.id, owner=self.worker_id)
+            if not jobs.noise_drawn(session, job.id):
+                # The one safe point of a measurement: once its noise is drawn it is a
+                # release, and the job goes on to put it in the model.
+                jobs.stop_if_cancelled(session, job.id)
             drawn = measurement_service.measure_job(
                 session, job, self.columns_of(job.dataset_id), domain
             )
@@ -331,6 +337,16 @@ class Worker:
             extra={"job_id": job.id, "stage": stage},
         )
         self._fail(job, internal_error_message(error, stage))
+
+    def _cancelled(self, job: Job) -> None:
+        """End the job as cancelled at the safe point it stopped at, refunding the rest."""
+        with self.database.unit_of_work() as session:
+            row = session.get(Job, job.id)
+            if row is None or row.lease_owner != self.worker_id or row.status != "running":
+                return
+            refunded = jobs.finish_cancelled(session, row)
+        logger.info("job cancelled", extra={"job_id": job.id, "refunded_units": refunded})
+        self._observe_end(job, "cancelled")
 
     def _fail(self, job: Job, message: str) -> None:
         with self.database.unit_of_work() as session:

@@ -133,6 +133,10 @@ def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool
         job = session.scalars(query).first()
         if job is None:
             return None
+        if job.cancel_requested_at is not None:
+            # Its worker stopped before reaching a safe point: it never will now.
+            finish_cancelled(session, job)
+            continue
         if job.attempts >= MAX_ATTEMPTS:
             fail(
                 session,
@@ -183,6 +187,33 @@ def require_lease(session: Session, *, job_id: str, owner: str) -> None:
     """LeaseLost unless `owner` still holds the running job: checked before every write."""
     if not holds_lease(session, job_id=job_id, owner=owner):
         raise LeaseLost()
+
+
+class JobCancelled(RuntimeError):
+    """The job's cancellation was asked for; it stops at this safe point."""
+
+
+def stop_if_cancelled(session: Session, job_id: str) -> None:
+    """JobCancelled if cancelling the job was asked for (a safe point: call it before
+    drawing noise, never between drawing and storing it)."""
+    requested = session.scalar(select(Job.cancel_requested_at).where(Job.id == job_id))
+    if requested is not None:
+        raise JobCancelled()
+
+
+def finish_cancelled(session: Session, job: Job, *, reason: str = "cancelled on request") -> int:
+    """End a running job as cancelled (the caller holds it) and refund what it had not
+    used on data: all of it if no noise was drawn, a mechanism's unused rounds; noise
+    already drawn stays charged (`refunds.refund_unused`). Returns the units refunded."""
+    job.status = "cancelled"
+    job.error = reason[:ERROR_MESSAGE_LENGTH]
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.finished_at = utcnow()
+    job.progress = {**(job.progress or {}), "stage": "cancelled"}
+    refunded = refunds.refund_unused(session, job, reason="job cancelled")
+    session.flush()
+    return refunded
 
 
 class JobRunner(Protocol):
@@ -261,8 +292,9 @@ def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") 
 
     - queued: it becomes `cancelled` at once and its whole charge is refunded (it never
       ran, so none of it was used);
-    - running: `cancel_requested_at` is set; the worker stops at its next safe point
-      and refunds what the job had not used (`finish_cancelled`);
+    - running: `cancel_requested_at` is set; the worker stops at its next safe point —
+      before drawing any more noise — and refunds what the job had not used
+      (`finish_cancelled`);
     - cancelled: nothing changes (cancelling twice is harmless);
     - succeeded or failed: JobFinished (409).
     """
@@ -274,7 +306,6 @@ def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") 
     if job.status == "running":
         if job.cancel_requested_at is None:
             job.cancel_requested_at = now
-            job.progress = {**(job.progress or {}), "cancel_requested": True}
             session.flush()
         return 0
     job.cancel_requested_at = job.cancel_requested_at or now
