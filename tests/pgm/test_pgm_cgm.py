@@ -282,7 +282,8 @@ def test_on_a_flat_l1_face_the_start_selects_the_solution() -> None:
     """One Laplace table with negative answers: all of {0 ≤ x ≤ y⁺, Σx = N̂} is optimal.
 
     From uniform, EM ends at the point of that face nearest uniform — the largest cells cut
-    to one level; from the Gaussian fit it keeps their differences. Same loss either way.
+    to one level; from the Gaussian fit it keeps their differences; from mle's fit it stays
+    at mle's. The same loss every time.
     """
     domain = Domain(("a",), (6,))
     y = np.array([400.0, 380.0, 60.0, 20.0, -100.0, -100.0])
@@ -290,20 +291,27 @@ def test_on_a_flat_l1_face_the_start_selects_the_solution() -> None:
     latent = _latent(domain, measurements)
     run = expectation_maximisation(latent, np.zeros(latent.problem.n), tolerance=1e-12)
     uniform_start = latent.total * latent.log_partition_and_marginals(run.theta)[1]
-    model, record = fit_cgm_em(domain, measurements, tolerance=1e-12)
+    model, record = fit_cgm_em(domain, measurements, tolerance=1e-12, start="gaussian")
     gaussian_start = model.marginal(("a",))
+    mle, mle_record = fit(domain, measurements)
+    shipped, shipped_record = fit_cgm_em(domain, measurements)
+    assert np.abs(shipped.marginal(("a",)) - mle.marginal(("a",))).max() < 0.01
+    assert shipped_record.final_loss == pytest.approx(mle_record.final_loss, rel=1e-6)
     optimum = float(np.abs(np.maximum(y, 0) - y).sum() + (np.maximum(y, 0).sum() - y.sum())) / 20
     assert run.losses[-1] == pytest.approx(optimum, rel=1e-4)
     assert record.final_loss == pytest.approx(optimum, rel=1e-4)
     # From uniform: both large cells cut to one level (290), the small ones kept whole.
     assert uniform_start[:4] == pytest.approx([290.0, 290.0, 60.0, 20.0], abs=0.5)
     # From the Gaussian fit (the projection max(y − 60, 0)): the large cells keep their gap.
-    assert gaussian_start[:4] == pytest.approx([340.0, 320.0, 0.0, 0.0], abs=0.5)
+    # (Cells the start has at zero only start from START_FLOOR, so they end near zero.)
+    assert gaussian_start[:4] == pytest.approx([340.0, 320.0, 0.0, 0.0], abs=1.0)
 
 
 def test_fit_cgm_em_refuses_what_fit_refuses() -> None:
     with pytest.raises(ValueError, match="at least one"):
         fit_cgm_em(TINY, [])
+    with pytest.raises(ValueError, match="start"):
+        fit_cgm_em(TINY, [Measurement(("a",), np.ones(2), "laplace", 1.0)], start="median")
     with pytest.raises(ValueError, match="cells"):
         fit_cgm_em(TINY, [Measurement(("a",), np.ones(3), "laplace", 1.0)])
 

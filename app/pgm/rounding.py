@@ -1,0 +1,191 @@
+"""Synthetic records by controlled rounding: their clique marginals are the model's, rounded.
+
+Sampling records i.i.d. from the model adds multinomial error on top of the model's. Here
+the counts are decided first, over the junction tree's cells, and records are dealt out to
+match them:
+
+1. Allocation (over counts, never rows). Walk the tree from its largest clique outwards
+   (the reverse of an elimination order). Every attribute X is placed given the attributes
+   before it in its clique — the separator with the parent clique and the clique's
+   attributes placed earlier, a set Pa that is itself a clique of the triangulated graph —
+   and the count of each (pa, x) is the largest-remainder rounding of n(pa)·p(x | pa): the
+   floors, plus one for the n(pa) − Σ floors values with the largest fractional parts
+   (ties broken by the seeded generator). Each row of a table keeps its total n(pa)
+   exactly, so the tables are consistent, and a (pa, x) count is off the model's
+   rows·p(pa, x) by less than 1 plus p(x | pa) times the error n(pa) already had.
+2. Records, streamed in chunks. Each (pa → x) table is an urn: a record whose earlier
+   attributes read pa draws its x without replacement from urn pa (a multivariate
+   hypergeometric draw per group of records in the chunk, dealt out to them in random
+   order). Over the whole stream every urn is emptied exactly, so the records' family
+   tables — and with them every clique marginal — are exactly the allocated ones. Memory is
+   the urns (the model's cells) plus one chunk, whatever the number of rows.
+
+Within a clique the records follow the rounded counts; across cliques they are joined at
+random given the separator, which is the conditional independence the model states (for
+pairs no clique holds, the records' marginal varies like a hypergeometric draw around the
+model's, less than an i.i.d. sample would).
+
+This is post-processing of a model (already differentially private): a seeded numpy
+Generator is the right tool; nothing here is released noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.pgm.elimination import CalibratedTree
+
+DEFAULT_CHUNK_ROWS = 65_536
+# numpy's hypergeometric sampler takes urns of fewer than 10⁹ balls.
+MAX_ROWS = 999_999_999
+
+
+@dataclass(frozen=True)
+class Family:
+    """One placed attribute: the allocated counts of (its parents' cell, its value)."""
+
+    attribute: str
+    parents: tuple[str, ...]  # the attributes placed before it in its clique, in order
+    counts: np.ndarray  # int64, shape (parent cells, attribute size), row sums = n(pa)
+
+
+def largest_remainder(
+    totals: np.ndarray, conditional: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Round totals[i]·conditional[i, :] to integers summing to totals[i], row by row.
+
+    Each entry is the floor or the ceiling of its share; the ceilings go to the largest
+    fractional parts, ties in a random order. Rows of `conditional` must sum to 1.
+    """
+    shares = totals[:, None].astype(float) * conditional
+    floors = np.floor(shares)
+    fractions = shares - floors
+    counts = floors.astype(np.int64)
+    missing = np.clip(totals - counts.sum(axis=1), 0, conditional.shape[1])
+    if not missing.any():
+        return counts
+    ties = rng.random(shares.shape)
+    order = np.lexsort((ties, -fractions), axis=-1)  # largest fraction first
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
+    return counts + (rank < missing[:, None])
+
+
+def _conditional(table: np.ndarray) -> np.ndarray:
+    """Rows normalised to sum to 1; a row of zero mass becomes uniform (it gets no count)."""
+    totals = table.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(totals > 0, table / totals, 1.0 / table.shape[1])
+
+
+def walk_order(tree: CalibratedTree) -> list[tuple[int, int | None]]:
+    """(clique, parent) pairs breadth-first from the largest clique (parent None: the root)."""
+    root = max(range(len(tree.cliques)), key=lambda i: (tree.clique_cells[i], -i))
+    order: list[tuple[int, int | None]] = [(root, None)]
+    seen = {root}
+    position = 0
+    while position < len(order):
+        parent = order[position][0]
+        position += 1
+        for child in tree.neighbours[parent]:
+            if child not in seen:
+                seen.add(child)
+                order.append((child, parent))
+    return order
+
+
+def allocate(tree: CalibratedTree, rows: int, rng: np.random.Generator) -> list[Family]:
+    """The rounded count tables of every placed attribute, in placement order."""
+    if int(rows) != rows or rows < 0:
+        raise ValueError("rows must be a non-negative integer")
+    domain = tree.domain
+    families: list[Family] = []
+    # Each clique's final count table, axes in placement order (separator, then new ones).
+    placed: dict[int, tuple[tuple[str, ...], np.ndarray]] = {}
+    for clique, parent in walk_order(tree):
+        attrs = tree.cliques[clique]
+        if parent is None:
+            given: tuple[str, ...] = ()
+            counts = np.array(int(rows), dtype=np.int64)
+        else:
+            parent_attrs, parent_counts = placed[parent]
+            given = tuple(a for a in parent_attrs if a in set(attrs))
+            summed = tuple(i for i, a in enumerate(parent_attrs) if a not in set(given))
+            counts = parent_counts.sum(axis=summed)
+        new = tuple(a for a in attrs if a not in set(given))
+        # The model's clique marginal with axes in placement order.
+        probabilities = np.transpose(tree.marginals[clique], [attrs.index(a) for a in given + new])
+        current = given
+        for k, attribute in enumerate(new):
+            # p(current, attribute) from the clique marginal, as (current cells × values).
+            later = tuple(range(len(current) + 1, len(given) + len(new)))
+            joint = probabilities.sum(axis=later).reshape(-1, domain.size_of(attribute))
+            table = largest_remainder(counts.reshape(-1), _conditional(joint), rng)
+            families.append(Family(attribute, current, table))
+            current = (*given, *new[: k + 1])
+            counts = table.reshape(domain.shape(current))
+        placed[clique] = (current, counts)
+    return families
+
+
+def _deal(urn: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draw one value per record from its group's urn, without replacement; updates `urn`."""
+    size = urn.shape[1]
+    wanted = np.bincount(groups, minlength=urn.shape[0])
+    active = np.flatnonzero(wanted)
+    left = wanted[active]
+    available = urn[active].sum(axis=1)
+    drawn = np.zeros((active.size, size), dtype=np.int64)
+    for value in range(size - 1):
+        good = urn[active, value]
+        available = available - good
+        drawn[:, value] = rng.hypergeometric(good, available, left)
+        left = left - drawn[:, value]
+    drawn[:, size - 1] = left
+    urn[active] -= drawn
+    # Records grouped by urn (ascending, like `active`), in random order within a group.
+    order = np.lexsort((rng.random(groups.size), groups))
+    values = np.repeat(np.tile(np.arange(size), active.size), drawn.ravel())
+    out = np.empty(groups.size, dtype=np.int64)
+    out[order] = values
+    return out
+
+
+def rounded_chunks(
+    tree: CalibratedTree,
+    rows: int,
+    seed: int | None = None,
+    *,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> Iterator[np.ndarray]:
+    """Yield `rows` records (integer codes, columns in domain order) in chunks.
+
+    Deterministic given `seed` and `chunk_rows`. Every chunk but the last has
+    `chunk_rows` rows.
+    """
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be positive")
+    if rows > MAX_ROWS:
+        raise ValueError(f"at most {MAX_ROWS} rows")
+    rng = np.random.default_rng(seed)
+    families = allocate(tree, rows, rng)
+    domain = tree.domain
+    urns = [f.counts.copy() for f in families]
+    columns = [domain.index(f.attribute) for f in families]
+    parents = [tuple(domain.index(a) for a in f.parents) for f in families]
+    shapes = [domain.shape(f.parents) for f in families]
+    remaining = int(rows)
+    while remaining > 0:
+        size = min(chunk_rows, remaining)
+        chunk = np.zeros((size, len(domain)), dtype=np.int64)
+        for urn, column, given, shape in zip(urns, columns, parents, shapes, strict=True):
+            if given:
+                groups = np.ravel_multi_index(tuple(chunk[:, k] for k in given), shape)
+            else:
+                groups = np.zeros(size, dtype=np.int64)
+            chunk[:, column] = _deal(urn, groups, rng)
+        remaining -= size
+        yield chunk
