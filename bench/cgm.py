@@ -36,9 +36,10 @@ from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from app.pgm.cgm import STARTS, fit_cgm_em  # noqa: E402
+from app.pgm.cgm_starts import STARTS, fit_from_start  # noqa: E402
 from app.pgm.domain import Domain  # noqa: E402
-from app.pgm.estimation import Measurement, fit  # noqa: E402
+from app.pgm.estimation import fit  # noqa: E402
+from app.pgm.measurement import Measurement  # noqa: E402
 from app.pgm.model import GraphicalModel  # noqa: E402
 
 
@@ -136,7 +137,7 @@ def run_row(
         mle_loss.append(record.final_loss)
         for start in starts:
             started = time.perf_counter()
-            model, record = fit_cgm_em(population.domain, measurements, start=start)
+            model, record = fit_from_start(population.domain, measurements, start)
             seconds[start].append(time.perf_counter() - started)
             tv[start].append(two_way_tv(model, population))
             iterations[start].append(record.iterations)

@@ -16,6 +16,11 @@ Fixtures (module scope unless noted):
 - `client` — a `TestClient` of `create_app(settings, database=database)` (lifespan run).
 - `api` — `ApiHelper` around the client: create tenants, upload datasets, grant ρ.
 - `seed` — `SeedHelper`: the same objects written through the services directly.
+
+Every test runs with one BLAS thread, as privq's own processes do (app/cli.py): small
+dense operations (L-BFGS-B's in the CGM E-step above all) were 18× slower with BLAS
+threads spinning on a busy 2-core host. The CLI's environment variables only act before
+numpy is loaded, so the limit is set at run time (threadpoolctl).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
+from threadpoolctl import threadpool_limits
 
 from app.config import Settings, normalise_database_url
 from app.db import Database, Dataset, Grant, Job, Tenant
@@ -40,7 +46,8 @@ from app.migrations import upgrade_to_head
 
 ADMIN_KEY = "test-admin-key-" + "x" * 32
 POSTGRES_ENV = "PRIVQ_TEST_DATABASE_URL"
-SHARED_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+# Everything the tests read lives in tests/data (a slice of UCI Adult; see its README).
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 requires_postgres = pytest.mark.skipif(
     not os.environ.get(POSTGRES_ENV), reason=f"{POSTGRES_ENV} is not set"
@@ -49,6 +56,12 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=requires_postgres),
 ]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_blas_thread() -> Iterator[None]:
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def with_search_path(url: str, schema: str) -> str:
@@ -147,13 +160,16 @@ TINY_CSV = "sex,age\nF,23\nM,41\nF,67\nM,17\nF,30\n"
 
 
 def adult_slice(rows: int) -> bytes:
-    """The header and first `rows` records of ../shared/data/adult.csv."""
-    lines = (SHARED_DATA_DIR / "adult.csv").read_text().splitlines()[: rows + 1]
+    """The header and first `rows` records of tests/data/adult.csv (at most 6,000)."""
+    lines = (DATA_DIR / "adult.csv").read_text().splitlines()
+    if rows + 1 > len(lines):
+        raise ValueError(f"tests/data/adult.csv has {len(lines) - 1} records, not {rows}")
+    lines = lines[: rows + 1]
     return ("\n".join(lines) + "\n").encode()
 
 
 def adult_domain() -> dict[str, int]:
-    return json.loads((SHARED_DATA_DIR / "adult-domain.json").read_text())
+    return json.loads((DATA_DIR / "adult-domain.json").read_text())
 
 
 def job_row(database: Database, job_id: str) -> Job:

@@ -43,41 +43,26 @@ What that iteration is, and what follows from it:
    no start that is not itself on the face did better than `mle` beyond noise anywhere.
 
 So the estimator starts where the path can only stay: at `mle`'s own fit from the same
-measurements, a point of the optimal set, and runs the exact CGM-EM from there (Laplace
-and Gaussian terms alike). It stops after a few iterations that polish what the solver's
-tolerance left; the model is `mle`'s up to that tolerance. `start` offers the other
-starts ("gaussian": the fixed point of the same EM with each Laplace noise replaced by the
-Gaussian of equal variance 2b², unique; "uniform": θ = 0) for the benchmark and tests.
+measurements (whatever solver the fit uses), a point of the optimal set, and runs the
+exact CGM-EM from there, Laplace and Gaussian terms alike (`refine`, which
+`app.pgm.estimation.fit` calls for `estimator="cgm-em"`). It stops after a few iterations
+that polish what the solver's tolerance left: the model is `mle`'s up to that tolerance.
+`app.pgm.cgm_starts` runs the same EM from the other starts, for the benchmark and tests.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from app.pgm.cgm_map import DEFAULT_GAP_TOLERANCE, map_marginals, noise_loss
-from app.pgm.domain import Domain
-from app.pgm.estimation import (
-    Callback,
-    FitRecord,
-    Measurement,
-    _Problem,
-    estimate_total,
-    fit,
-    potentials_from_marginals,
-)
-from app.pgm.junction_tree import build_junction_tree
+from app.pgm.estimators import Callback, FitRun
 from app.pgm.model import GraphicalModel
+from app.pgm.problem import FitProblem
 
 ESTIMATOR = "cgm-em"
-STARTS = ("mle", "gaussian", "uniform")
-# A start off the optimal face gets this much uniform mass in every clique, so that cells
-# it has at exactly zero can still grow (a Laplace step moves a log-potential by ≤ 1/b).
-START_FLOOR = 1e-3
 
 
 class LatentProblem:
@@ -87,7 +72,7 @@ class LatentProblem:
     variance 2b² (weight 1/(2b²)).
     """
 
-    def __init__(self, problem: _Problem, *, gaussian_approximation: bool = False) -> None:
+    def __init__(self, problem: FitProblem, *, gaussian_approximation: bool = False) -> None:
         self.problem = problem
         self.total = float(problem.total)
         self.M: sp.csr_matrix = problem.M
@@ -156,86 +141,19 @@ def expectation_maximisation(
     return run
 
 
-def gaussian_approximation(measurements: Sequence[Measurement]) -> list[Measurement]:
-    """The measurements with each Laplace noise (scale b) replaced by a Gaussian of std √2·b."""
-    return [
-        m
-        if m.noise == "gaussian"
-        else Measurement(m.attributes, m.values, "gaussian", float(np.sqrt(2.0)) * m.scale, m.query)
-        for m in measurements
-    ]
+def refine(run: FitRun, model: GraphicalModel) -> GraphicalModel:
+    """CGM-EM on `run.problem` from `model` (normally `mle`'s fit of the same problem).
 
-
-def _floored(problem: _Problem, theta: np.ndarray) -> np.ndarray:
-    """θ's clique marginals mixed with START_FLOOR of the uniform, as potentials again."""
-    mixed = [
-        (1.0 - START_FLOOR) * p + START_FLOOR / p.size
-        for p in problem.split(problem.probabilities(theta))
-    ]
-    return np.concatenate([t.ravel() for t in potentials_from_marginals(problem.tree, mixed)])
-
-
-def fit_cgm_em(
-    domain: Domain,
-    measurements: Sequence[Measurement],
-    *,
-    warm_start: GraphicalModel | None = None,
-    max_iterations: int = 2000,
-    tolerance: float = 1e-6,
-    gap_tolerance: float = DEFAULT_GAP_TOLERANCE,
-    callback: Callback | None = None,
-    max_model_cells: int | None = None,
-    heuristic: str = "best",
-    start: str = "mle",
-) -> tuple[GraphicalModel, FitRecord]:
-    """Fit by CGM-EM from `start` (see the module docstring; "mle" unless benchmarking).
-
-    Takes the arguments of `estimation.fit` (no solver: the E-step has its own), raises
-    the same errors, and returns a FitRecord with solver "cgm-em", the EM iterations, and
-    f after each of them in `losses`.
+    Each EM iteration is reported to `run` (so its callback sees the progress), the run's
+    `converged` becomes EM's, and its iteration cap and tolerance are EM's too.
     """
-    if start not in STARTS:
-        raise ValueError(f"start must be one of {STARTS}, not {start!r}")
-    started = time.perf_counter()
-    measurements = list(measurements)
-    if not measurements:
-        raise ValueError("fitting needs at least one measurement")
-    for m in measurements:
-        m.check(domain)
-    tree = build_junction_tree(
-        domain, [m.attributes for m in measurements], heuristic=heuristic, max_cells=max_model_cells
-    )
-    total = estimate_total(measurements)
-    problem = _Problem(tree, measurements, total)
-    if start == "uniform":
-        theta = problem.warm_theta(warm_start)
-    else:
-        first, _ = fit(
-            domain,
-            measurements if start == "mle" else gaussian_approximation(measurements),
-            warm_start=warm_start,
-            max_model_cells=max_model_cells,
-            heuristic=heuristic,
-        )
-        theta = problem.warm_theta(first)
-    if start == "gaussian":
-        theta = _floored(problem, theta)
-    run = expectation_maximisation(
+    problem = run.problem
+    em = expectation_maximisation(
         LatentProblem(problem),
-        theta,
-        max_iterations=max_iterations,
-        tolerance=tolerance,
-        gap_tolerance=gap_tolerance,
-        callback=callback,
+        problem.warm_theta(model),
+        max_iterations=run.max_iterations,
+        tolerance=run.tolerance,
+        callback=lambda _, loss: run.report(loss),
     )
-    record = FitRecord(
-        solver=ESTIMATOR,
-        iterations=len(run.gaps),
-        losses=run.losses[1:],
-        seconds=time.perf_counter() - started,
-        converged=run.converged,
-        total=total,
-        model_cells=tree.total_cells,
-        final_loss=run.losses[-1],
-    )
-    return problem.model(problem.split(run.theta)), record
+    run.converged = em.converged
+    return problem.model(problem.split(em.theta))

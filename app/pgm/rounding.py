@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.pgm.elimination import CalibratedTree
+from app.pgm.calibrated_tree import CalibratedTree
+from app.pgm.sampling import DEFAULT_CHUNK_ROWS, conditional_rows, walk_order
 
-DEFAULT_CHUNK_ROWS = 65_536
 # numpy's hypergeometric sampler takes urns of fewer than 10⁹ balls.
 MAX_ROWS = 999_999_999
 
@@ -63,7 +63,7 @@ def largest_remainder(
     shares = totals[:, None].astype(float) * conditional
     floors = np.floor(shares)
     fractions = shares - floors
-    counts = floors.astype(np.int64)
+    counts: np.ndarray = floors.astype(np.int64)
     missing = np.clip(totals - counts.sum(axis=1), 0, conditional.shape[1])
     if not missing.any():
         return counts
@@ -71,30 +71,8 @@ def largest_remainder(
     order = np.lexsort((ties, -fractions), axis=-1)  # largest fraction first
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
-    return counts + (rank < missing[:, None])
-
-
-def _conditional(table: np.ndarray) -> np.ndarray:
-    """Rows normalised to sum to 1; a row of zero mass becomes uniform (it gets no count)."""
-    totals = table.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(totals > 0, table / totals, 1.0 / table.shape[1])
-
-
-def walk_order(tree: CalibratedTree) -> list[tuple[int, int | None]]:
-    """(clique, parent) pairs breadth-first from the largest clique (parent None: the root)."""
-    root = max(range(len(tree.cliques)), key=lambda i: (tree.clique_cells[i], -i))
-    order: list[tuple[int, int | None]] = [(root, None)]
-    seen = {root}
-    position = 0
-    while position < len(order):
-        parent = order[position][0]
-        position += 1
-        for child in tree.neighbours[parent]:
-            if child not in seen:
-                seen.add(child)
-                order.append((child, parent))
-    return order
+    rounded: np.ndarray = counts + (rank < missing[:, None])
+    return rounded
 
 
 def allocate(tree: CalibratedTree, rows: int, rng: np.random.Generator) -> list[Family]:
@@ -123,7 +101,7 @@ def allocate(tree: CalibratedTree, rows: int, rng: np.random.Generator) -> list[
             # p(current, attribute) from the clique marginal, as (current cells × values).
             later = tuple(range(len(current) + 1, len(given) + len(new)))
             joint = probabilities.sum(axis=later).reshape(-1, domain.size_of(attribute))
-            table = largest_remainder(counts.reshape(-1), _conditional(joint), rng)
+            table = largest_remainder(counts.reshape(-1), conditional_rows(joint), rng)
             families.append(Family(attribute, current, table))
             current = (*given, *new[: k + 1])
             counts = table.reshape(domain.shape(current))

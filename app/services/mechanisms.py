@@ -21,10 +21,10 @@ Theorem 4 bounds, relative to that version, in the job's result.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -34,16 +34,24 @@ from app.errors import InvalidRequest
 from app.ingest import unpack_column
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
-from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
+from app.privacy.accounting import BudgetOverspent
+from app.privacy.mechanisms import (
+    MechanismOptions,
+    MechanismResult,
+    Progress,
+    Round,
+    run_aim,
+    run_mwem,
+)
 from app.services import datasets as dataset_service
-from app.services import fits, ledger
+from app.services import fits, jobs, ledger
 from app.services import measurements as measurement_service
+from app.services.jobs import JobRunner
 from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
 
-if TYPE_CHECKING:
-    from app.worker import Worker
-
-MECHANISMS = ("aim", "mwem")
+# Every workload-adaptive mechanism a job may run, by the name its route and job use.
+RUNNERS: dict[str, Callable[..., MechanismResult]] = {"aim": run_aim, "mwem": run_mwem}
+MECHANISMS = tuple(RUNNERS)
 MAX_WORKLOAD = 5000
 MAX_MWEM_ROUNDS = 1000
 # The mechanism runs on a hair less than the charge: its float bookkeeping allows a
@@ -169,21 +177,12 @@ def submit(
 # -- the worker's side ----------------------------------------------------------------
 
 
-def exact_round_cost(round_: Round) -> Fraction:
-    """The exact ρ of a round from the floats it used: 1/(2σ²) + ε²/8."""
-    sigma = Fraction(round_.sigma)
-    cost = Fraction(1, 2) / (sigma * sigma)
-    if round_.epsilon > 0:
-        epsilon = Fraction(round_.epsilon)
-        cost += epsilon * epsilon / 8
-    return cost
-
-
 def check_spent(rounds: Sequence[Round], charged_units: int) -> Fraction:
-    """Exact total ρ of the rounds; AssertionError if it exceeds the exact charge."""
-    spent = sum((exact_round_cost(r) for r in rounds), Fraction(0))
+    """Exact total ρ of the rounds; BudgetOverspent if it exceeds the exact charge."""
+    spent = sum((r.exact_cost for r in rounds), Fraction(0))
     charged = Fraction(charged_units, UNITS_PER_RHO)
-    assert spent <= charged, f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged"
+    if spent > charged:
+        raise BudgetOverspent(f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged")
     return spent
 
 
@@ -205,7 +204,7 @@ def _round_details(round_: Round) -> dict[str, Any]:
     return details
 
 
-def run_job(worker: Worker, job: Job) -> dict[str, Any]:
+def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     """Run (or resume) the job's mechanism, then make the model version that covers it."""
     params = job.params
     domain = worker.domain_of(job.dataset_id)
@@ -229,12 +228,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
     def on_round(round_: Round) -> None:
         worker.check_lease()
         with worker.database.unit_of_work() as session:
-            from app.services import jobs
-
-            if not jobs.holds_lease(session, job_id=job.id, owner=worker.worker_id):
-                from app.worker import LeaseLost
-
-                raise LeaseLost()
+            jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
             measurement_service.store(
                 session,
                 dataset_id=job.dataset_id,
@@ -243,7 +237,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
                 attributes=round_.attributes,
                 noise_kind="gaussian",
                 scale=round_.sigma,
-                rho_units_used=math.ceil(exact_round_cost(round_) * UNITS_PER_RHO),
+                rho_units_used=math.ceil(round_.exact_cost * UNITS_PER_RHO),
                 values=round_.values,
                 details=_round_details(round_),
             )
@@ -266,8 +260,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
     )
-    runner = run_aim if job.kind == "aim" else run_mwem
-    result = runner(
+    result = RUNNERS[job.kind](
         domain,
         true_marginal,
         rho,

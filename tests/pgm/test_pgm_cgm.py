@@ -9,25 +9,22 @@ import pytest
 import scipy.optimize as so
 import scipy.sparse as sp
 
-from app.pgm.cgm import (
-    ESTIMATOR,
-    LatentProblem,
-    expectation_maximisation,
-    fit_cgm_em,
-    gaussian_approximation,
-)
+from app.pgm.cgm import ESTIMATOR, LatentProblem, expectation_maximisation
 from app.pgm.cgm_map import map_marginals
+from app.pgm.cgm_starts import fit_from_start, gaussian_approximation
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement, _Problem, estimate_total, fit
+from app.pgm.estimation import fit
 from app.pgm.junction_tree import build_junction_tree
+from app.pgm.measurement import Measurement, estimate_total
 from app.pgm.model import GraphicalModel
+from app.pgm.problem import FitProblem
 
 TINY = Domain(("a", "b", "c"), (2, 3, 2))
 
 
 def _latent(domain: Domain, measurements: list[Measurement]) -> LatentProblem:
     tree = build_junction_tree(domain, [m.attributes for m in measurements])
-    return LatentProblem(_Problem(tree, measurements, estimate_total(measurements)))
+    return LatentProblem(FitProblem(tree, measurements, estimate_total(measurements)))
 
 
 def _joint_marginal(joint: np.ndarray, domain: Domain, attrs: tuple[str, ...]) -> np.ndarray:
@@ -226,8 +223,8 @@ def test_noise_free_measurements_are_recovered_from_the_uniform_model() -> None:
     model = latent.problem.model(latent.problem.split(run.theta))
     for m in measurements:
         assert np.abs(model.marginal(m.attributes).ravel() - m.values).max() < 0.05
-    fitted, record = fit_cgm_em(domain, measurements)
-    assert record.solver == ESTIMATOR
+    fitted, record = fit(domain, measurements, estimator=ESTIMATOR)
+    assert record.estimator == ESTIMATOR
     for m in measurements:
         assert np.abs(fitted.marginal(m.attributes).ravel() - m.values).max() < 0.05
 
@@ -259,7 +256,7 @@ def test_the_mle_optimum_is_a_fixed_point_and_cgm_em_reaches_its_loss() -> None:
     run = expectation_maximisation(latent, start, max_iterations=5)
     moved = latent.log_partition_and_marginals(run.theta)[1]
     assert np.abs(moved - latent.log_partition_and_marginals(start)[1]).max() < 1e-4
-    _, record = fit_cgm_em(domain, measurements)
+    _, record = fit(domain, measurements, estimator=ESTIMATOR)
     assert record.final_loss == pytest.approx(mle_record.final_loss, rel=1e-3)
 
 
@@ -291,10 +288,10 @@ def test_on_a_flat_l1_face_the_start_selects_the_solution() -> None:
     latent = _latent(domain, measurements)
     run = expectation_maximisation(latent, np.zeros(latent.problem.n), tolerance=1e-12)
     uniform_start = latent.total * latent.log_partition_and_marginals(run.theta)[1]
-    model, record = fit_cgm_em(domain, measurements, tolerance=1e-12, start="gaussian")
+    model, record = fit_from_start(domain, measurements, "gaussian", tolerance=1e-12)
     gaussian_start = model.marginal(("a",))
     mle, mle_record = fit(domain, measurements)
-    shipped, shipped_record = fit_cgm_em(domain, measurements)
+    shipped, shipped_record = fit(domain, measurements, estimator=ESTIMATOR)
     assert np.abs(shipped.marginal(("a",)) - mle.marginal(("a",))).max() < 0.01
     assert shipped_record.final_loss == pytest.approx(mle_record.final_loss, rel=1e-6)
     optimum = float(np.abs(np.maximum(y, 0) - y).sum() + (np.maximum(y, 0).sum() - y.sum())) / 20
@@ -307,20 +304,25 @@ def test_on_a_flat_l1_face_the_start_selects_the_solution() -> None:
     assert gaussian_start[:4] == pytest.approx([340.0, 320.0, 0.0, 0.0], abs=1.0)
 
 
-def test_fit_cgm_em_refuses_what_fit_refuses() -> None:
-    with pytest.raises(ValueError, match="at least one"):
-        fit_cgm_em(TINY, [])
+def test_unknown_estimators_and_starts_are_refused() -> None:
+    measurements = [Measurement(("a",), np.ones(2), "laplace", 1.0)]
+    with pytest.raises(ValueError, match="estimator"):
+        fit(TINY, measurements, estimator="median")
     with pytest.raises(ValueError, match="start"):
-        fit_cgm_em(TINY, [Measurement(("a",), np.ones(2), "laplace", 1.0)], start="median")
+        fit_from_start(TINY, measurements, start="median")
     with pytest.raises(ValueError, match="cells"):
-        fit_cgm_em(TINY, [Measurement(("a",), np.ones(3), "laplace", 1.0)])
+        fit(TINY, [Measurement(("a",), np.ones(3), "laplace", 1.0)])
 
 
 def test_warm_start_and_callback() -> None:
     domain, measurements = _noisy_cycle(8, scale=5.0)
     seen: list[tuple[int, float]] = []
-    model, record = fit_cgm_em(domain, measurements, callback=lambda i, v: seen.append((i, v)))
+    model, record = fit(
+        domain, measurements, estimator=ESTIMATOR, callback=lambda i, v: seen.append((i, v))
+    )
+    # The solver's iterations, then EM's: one callback each, numbered on.
     assert [i for i, _ in seen] == list(range(1, record.iterations + 1))
+    assert record.losses[-1] == pytest.approx(record.final_loss, rel=1e-9)
     assert isinstance(model, GraphicalModel)
-    again, _ = fit_cgm_em(domain, measurements, warm_start=model)
+    again, _ = fit(domain, measurements, estimator=ESTIMATOR, warm_start=model)
     assert np.abs(again.probabilities(("a", "b")) - model.probabilities(("a", "b"))).max() < 1e-3

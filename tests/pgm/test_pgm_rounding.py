@@ -8,11 +8,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from app.pgm.calibrated_tree import CalibratedTree
 from app.pgm.domain import Domain
-from app.pgm.elimination import CalibratedTree
-from app.pgm.estimation import Measurement, fit
+from app.pgm.estimation import fit
+from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
-from app.pgm.rounding import allocate, largest_remainder, rounded_chunks, walk_order
+from app.pgm.rounding import allocate, largest_remainder, rounded_chunks
+from app.pgm.sampling import walk_order
 
 DOMAIN = Domain(("a", "b", "c", "d", "e", "f"), (3, 4, 2, 5, 3, 2))
 
