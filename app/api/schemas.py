@@ -89,7 +89,16 @@ class DatasetOut(BaseModel):
     rho_total: float | None = Field(
         default=None, description="Curator's cap on all grants together (admin view only)."
     )
+    estimator: str = Field(
+        default="mle",
+        description='How the model is fitted from the measurements: "mle" or "cgm-em".',
+    )
     created_at: datetime
+    refit_job_id: str | None = Field(
+        default=None,
+        description="PATCH only: the job refitting the model with the new estimator (none "
+        "if the estimator did not change or nothing is measured yet). It spends no budget.",
+    )
 
     @classmethod
     def of(cls, dataset: Dataset, *, for_admin: bool) -> DatasetOut:
@@ -103,8 +112,20 @@ class DatasetOut(BaseModel):
                 if for_admin and dataset.rho_total_units is not None
                 else None
             ),
+            estimator=dataset.estimator or "mle",
             created_at=dataset.created_at,
         )
+
+
+class DatasetPatch(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"estimator": "cgm-em"}]}
+    )
+    estimator: Literal["mle", "cgm-em"] = Field(
+        description='"mle": Private-PGM\'s maximum likelihood (L2 for Gaussian, L1 for Laplace '
+        'noise); "cgm-em": the true marginals latent, EM (Bernstein et al., 2017). Changing '
+        "it refits the model from the same measurements, as a job that spends nothing."
+    )
 
 
 class BudgetOut(BaseModel):

@@ -167,3 +167,44 @@ def rounded_chunks(
             chunk[:, column] = _deal(urn, groups, rng)
         remaining -= size
         yield chunk
+
+
+def error_bounds(tree: CalibratedTree) -> dict[tuple[str, ...], np.ndarray]:
+    """Per clique cell (axes in clique order), a bound on |records' count − rows·p|.
+
+    Whatever the number of rows: a (pa, x) count is within 1 of n(pa)·p(x | pa), so its
+    error is below 1 plus p(x | pa) times the bound on n(pa); a separator's count is the
+    parent's table with the attributes placed after it summed out — exactly the table of
+    that moment — or, for any other subset, the sum of the parent cells' bounds.
+    """
+    bounds: dict[tuple[str, ...], np.ndarray] = {}
+    # Per clique: its placement order, the bound after each placement, its separator's size.
+    placed: dict[int, tuple[tuple[str, ...], list[np.ndarray], int]] = {}
+    for clique, parent in walk_order(tree):
+        attrs = tree.cliques[clique]
+        if parent is None:
+            given: tuple[str, ...] = ()
+            bound = np.zeros(())
+        else:
+            parent_attrs, parent_bounds, parent_given = placed[parent]
+            given = tuple(a for a in parent_attrs if a in set(attrs))
+            if len(given) >= parent_given and parent_attrs[: len(given)] == given:
+                bound = parent_bounds[len(given) - parent_given]
+            else:
+                summed = tuple(i for i, a in enumerate(parent_attrs) if a not in set(given))
+                bound = parent_bounds[-1].sum(axis=summed)
+        new = tuple(a for a in attrs if a not in set(given))
+        probabilities = np.transpose(tree.marginals[clique], [attrs.index(a) for a in given + new])
+        current = given
+        history = [bound]
+        for k, attribute in enumerate(new):
+            later = tuple(range(len(current) + 1, len(attrs)))
+            joint = probabilities.sum(axis=later).reshape(-1, tree.domain.size_of(attribute))
+            current = (*given, *new[: k + 1])
+            bound = (bound.reshape(-1, 1) * conditional_rows(joint) + 1.0).reshape(
+                tree.domain.shape(current)
+            )
+            history.append(bound)
+        placed[clique] = (current, history, len(given))
+        bounds[attrs] = np.transpose(bound, [current.index(a) for a in attrs])
+    return bounds

@@ -9,7 +9,9 @@ a fit runs wait for the lock; the next fit includes all of their measurements at
 once, and the others find themselves covered.
 
 The fit itself runs outside any transaction (it can take seconds); the new version
-is written in a short one, only while the lock is still this worker's.
+is written in a short one, only while the lock is still this worker's. Each fit uses
+the dataset's estimator at the time ("mle" or "cgm-em") and the version records it;
+`refit` fits anew even when a version covers everything (after the estimator changed).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Database, FitLock, utcnow
+from app.db import Database, Dataset, FitLock, utcnow
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord, fit
+from app.pgm.estimation import DEFAULT_ESTIMATOR, FitRecord, fit
 from app.pgm.model import GraphicalModel
 from app.services import measurements as measurement_service
 from app.services import models as model_service
@@ -115,6 +117,7 @@ def fit_now(
     """Fit over every measurement of the dataset and store the next version (lock held)."""
     with database.read_only() as session:
         pgm_measurements, high_water = measurement_service.load_for_fit(session, dataset_id)
+        estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == dataset_id))
         latest = model_service.latest_version_row(session, dataset_id)
         warm_start = (
             model_service.load_model(session, dataset_id, latest.version) if latest else None
@@ -133,6 +136,7 @@ def fit_now(
         domain,
         pgm_measurements,
         solver=options.solver,
+        estimator=estimator or DEFAULT_ESTIMATOR,
         warm_start=warm_start,
         max_iterations=options.max_iterations,
         tolerance=options.tolerance,
@@ -193,6 +197,44 @@ def ensure_fitted(
                     held_locks.discard(dataset_id)
                 release(database, dataset_id, owner=owner)
             continue
+        if not waiting_reported:
+            progress({"stage": "waiting_for_fit"})
+            waiting_reported = True
+        time.sleep(poll_seconds)
+
+
+def refit(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    owner: str,
+    lease_seconds: float,
+    options: FitOptions,
+    progress: Progress,
+    poll_seconds: float = 0.25,
+    held_locks: set[str] | None = None,
+) -> int:
+    """Fit a new version over every measurement, covered or not (the estimator changed).
+
+    Waits for the fit lock like `ensure_fitted`; if the lease runs out mid-fit, tries
+    again (whoever took the lock may have fitted with the estimator of before).
+    """
+    waiting_reported = False
+    while True:
+        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
+            if held_locks is not None:
+                held_locks.add(dataset_id)
+            try:
+                return fit_now(
+                    database, dataset_id, domain, owner=owner, options=options, progress=progress
+                )
+            except FitLockLost:
+                continue
+            finally:
+                if held_locks is not None:
+                    held_locks.discard(dataset_id)
+                release(database, dataset_id, owner=owner)
         if not waiting_reported:
             progress({"stage": "waiting_for_fit"})
             waiting_reported = True

@@ -13,8 +13,7 @@ from app.pgm.domain import Domain
 from app.pgm.estimation import fit
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
-from app.pgm.rounding import allocate, largest_remainder, rounded_chunks
-from app.pgm.sampling import walk_order
+from app.pgm.rounding import allocate, error_bounds, largest_remainder, rounded_chunks
 
 DOMAIN = Domain(("a", "b", "c", "d", "e", "f"), (3, 4, 2, 5, 3, 2))
 
@@ -53,47 +52,6 @@ def _records(tree: CalibratedTree, rows: int, seed: int, chunk_rows: int = 997) 
     return np.concatenate(list(rounded_chunks(tree, rows, seed, chunk_rows=chunk_rows)))
 
 
-def _rounding_bounds(tree: CalibratedTree, rows: int) -> dict[tuple[str, ...], np.ndarray]:
-    """Per clique cell, the worst-case |count − rows·p| the allocation allows.
-
-    A (pa, x) count is within 1 of n(pa)·p(x | pa), so its error is below 1 plus
-    p(x | pa) times the bound on n(pa); a separator's bound is the sum of its parent
-    cells' bounds, except that summing out the attributes placed last is exact.
-    """
-    bounds: dict[tuple[str, ...], np.ndarray] = {}
-    # Per clique: its placement order and the bound table after each placement.
-    placed: dict[int, tuple[tuple[str, ...], list[np.ndarray]]] = {}
-    for clique, parent in walk_order(tree):
-        attrs = tree.cliques[clique]
-        if parent is None:
-            given: tuple[str, ...] = ()
-            bound = np.zeros(())
-        else:
-            parent_attrs, parent_bounds = placed[parent]
-            given = tuple(a for a in parent_attrs if a in attrs)
-            if parent_attrs[: len(given)] == given:
-                # The separator was placed first: its counts are that earlier table's.
-                bound = parent_bounds[len(given)]
-            else:
-                summed = tuple(i for i, a in enumerate(parent_attrs) if a not in given)
-                bound = parent_bounds[-1].sum(axis=summed)
-        new = tuple(a for a in attrs if a not in given)
-        p = np.transpose(tree.marginals[clique], [attrs.index(a) for a in given + new])
-        current = given
-        history = [np.zeros(())] * len(given) + [bound]
-        for k, attribute in enumerate(new):
-            later = tuple(range(len(current) + 1, len(attrs)))
-            joint = p.sum(axis=later).reshape(-1, tree.domain.size_of(attribute))
-            total = joint.sum(axis=1, keepdims=True)
-            conditional = np.divide(joint, total, out=np.zeros_like(joint), where=total > 0)
-            current = (*given, *new[: k + 1])
-            bound = (bound.reshape(-1, 1) * conditional + 1.0).reshape(tree.domain.shape(current))
-            history.append(bound)
-        placed[clique] = (current, history)
-        bounds[attrs] = np.transpose(bound, [current.index(a) for a in attrs])
-    return bounds
-
-
 def test_every_clique_marginal_is_the_models_within_the_rounding_bound(
     model: GraphicalModel,
 ) -> None:
@@ -101,7 +59,7 @@ def test_every_clique_marginal_is_the_models_within_the_rounding_bound(
     rows = 12_345
     records = _records(tree, rows, seed=5)
     assert records.shape == (rows, len(DOMAIN))
-    bounds = _rounding_bounds(tree, rows)
+    bounds = error_bounds(tree)
     for clique in tree.cliques:
         error = np.abs(_table(records, clique) - rows * model.probabilities(clique))
         assert (error <= bounds[clique] + 1e-9).all(), clique
