@@ -13,17 +13,21 @@ match them:
    (ties broken by the seeded generator). Each row of a table keeps its total n(pa)
    exactly, so the tables are consistent, and a (pa, x) count is off the model's
    rows·p(pa, x) by less than 1 plus p(x | pa) times the error n(pa) already had.
-2. Records, streamed in chunks. Each (pa → x) table is an urn: a record whose earlier
-   attributes read pa draws its x without replacement from urn pa (a multivariate
-   hypergeometric draw per group of records in the chunk, dealt out to them in random
-   order). Over the whole stream every urn is emptied exactly, so the records' family
-   tables — and with them every clique marginal — are exactly the allocated ones. Memory is
-   the urns (the model's cells) plus one chunk, whatever the number of rows.
+2. Records, streamed in chunks. Each (pa → x) table is an urn. A chunk's records whose
+   earlier attributes read pa take from urn pa its proportional share of what is left,
+   rounded by largest remainder in integers (so the urns run out together, exactly, at
+   the stream's end), and the values are dealt to them evenly: records ordered by their
+   other earlier attributes (a seeded order of them per attribute), each value's copies
+   laid at even intervals along that order. Over the whole stream the records' family
+   tables — and with them every clique marginal — are exactly the allocated ones. Memory
+   is the urns (the model's cells) plus one chunk, whatever the number of rows.
 
-Within a clique the records follow the rounded counts; across cliques they are joined at
-random given the separator, which is the conditional independence the model states (for
-pairs no clique holds, the records' marginal varies like a hypergeometric draw around the
-model's, less than an i.i.d. sample would).
+Across cliques the model says x is independent of its earlier non-neighbours given pa;
+even dealing makes the records so up to rounding for the first attribute of the order
+and approximately for the others, where random dealing would leave hypergeometric noise
+(bench/synthetic.py: on Adult, mean TV of the 78 pairs no clique holds 0.0093 against
+the model, 0.0133 dealt at random, 0.0177 sampled i.i.d.; rounding alone cannot go
+below 0.0017 there).
 
 This is post-processing of a model (already differentially private): a seeded numpy
 Generator is the right tool; nothing here is released noise.
@@ -31,7 +35,7 @@ Generator is the right tool; nothing here is released noise.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,8 +43,8 @@ import numpy as np
 from app.pgm.calibrated_tree import CalibratedTree
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, conditional_rows, walk_order
 
-# numpy's hypergeometric sampler takes urns of fewer than 10⁹ balls.
-MAX_ROWS = 999_999_999
+# Shares are computed as wanted·urn in int64: rows² must stay below 2⁶³.
+MAX_ROWS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -109,26 +113,54 @@ def allocate(tree: CalibratedTree, rows: int, rng: np.random.Generator) -> list[
     return families
 
 
-def _deal(urn: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Draw one value per record from its group's urn, without replacement; updates `urn`."""
+def _chunk_shares(urn: np.ndarray, wanted: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """How many of each value every group takes into this chunk: its proportional share of
+    what is left in its urn, rounded by largest remainder in exact integer arithmetic (so
+    no share exceeds what is left, and the urns run out together at the stream's end)."""
+    available = urn.sum(axis=1)
+    numerators = wanted[:, None] * urn
+    shares = numerators // np.maximum(available, 1)[:, None]
+    remainders = numerators - shares * np.maximum(available, 1)[:, None]
+    missing = wanted - shares.sum(axis=1)
+    if missing.any():
+        ties = rng.random(urn.shape)
+        order = np.lexsort((ties, -remainders), axis=-1)
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
+        shares = shares + (rank < missing[:, None])
+    result: np.ndarray = shares
+    return result
+
+
+def _deal(
+    urn: np.ndarray,
+    groups: np.ndarray,
+    others: Sequence[np.ndarray],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One value per record from its group's urn (which this updates), spread evenly.
+
+    Within a group, records are ordered by their other attributes (`others`, most
+    significant first) and each value's copies are laid at even intervals along that
+    order (systematic, with a random phase per value), so a value is independent of those
+    attributes up to rounding — the model's conditional independence given the group.
+    """
     size = urn.shape[1]
-    wanted = np.bincount(groups, minlength=urn.shape[0])
-    active = np.flatnonzero(wanted)
-    left = wanted[active]
-    available = urn[active].sum(axis=1)
-    drawn = np.zeros((active.size, size), dtype=np.int64)
-    for value in range(size - 1):
-        good = urn[active, value]
-        available = available - good
-        drawn[:, value] = rng.hypergeometric(good, available, left)
-        left = left - drawn[:, value]
-    drawn[:, size - 1] = left
+    wanted_all = np.bincount(groups, minlength=urn.shape[0])
+    active = np.flatnonzero(wanted_all)
+    drawn = _chunk_shares(urn[active], wanted_all[active], rng)
     urn[active] -= drawn
-    # Records grouped by urn (ascending, like `active`), in random order within a group.
-    order = np.lexsort((rng.random(groups.size), groups))
-    values = np.repeat(np.tile(np.arange(size), active.size), drawn.ravel())
+    runs = drawn.ravel()
+    run_of = np.repeat(np.arange(runs.size), runs)
+    starts = np.concatenate([[0], np.cumsum(runs)[:-1]])
+    phase = rng.random(runs.size)
+    position = (np.arange(run_of.size) - starts[run_of] + phase[run_of]) / runs[run_of]
+    value_order = np.lexsort((position, run_of // size))
+    values = (run_of % size)[value_order]
+    keys = [rng.random(groups.size), *reversed(others), groups]
+    record_order = np.lexsort(keys)
     out = np.empty(groups.size, dtype=np.int64)
-    out[order] = values
+    out[record_order] = values
     return out
 
 
@@ -155,16 +187,24 @@ def rounded_chunks(
     columns = [domain.index(f.attribute) for f in families]
     parents = [tuple(domain.index(a) for a in f.parents) for f in families]
     shapes = [domain.shape(f.parents) for f in families]
+    # The attributes placed before each one that are not its parents, in a seeded order:
+    # a value is spread most evenly over the first of them.
+    others = [
+        [columns[k] for k in rng.permutation(step) if columns[k] not in set(parents[step])]
+        for step in range(len(families))
+    ]
     remaining = int(rows)
     while remaining > 0:
         size = min(chunk_rows, remaining)
         chunk = np.zeros((size, len(domain)), dtype=np.int64)
-        for urn, column, given, shape in zip(urns, columns, parents, shapes, strict=True):
+        for step, column in enumerate(columns):
+            given, shape = parents[step], shapes[step]
             if given:
                 groups = np.ravel_multi_index(tuple(chunk[:, k] for k in given), shape)
             else:
                 groups = np.zeros(size, dtype=np.int64)
-            chunk[:, column] = _deal(urn, groups, rng)
+            spread = [chunk[:, k] for k in others[step]]
+            chunk[:, column] = _deal(urns[step], groups, spread, rng)
         remaining -= size
         yield chunk
 
