@@ -160,6 +160,48 @@ def fit_now(
         return saved.version
 
 
+def _fit_until(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    covered: Callable[[], int | None],
+    owner: str,
+    lease_seconds: float,
+    options: FitOptions,
+    progress: Progress,
+    poll_seconds: float,
+    held_locks: set[str] | None,
+) -> int:
+    """`covered()` if it names a version, else a version this worker fits under the lock.
+
+    Waits while another worker holds the lock; if our lease runs out mid-fit, whoever
+    holds the lock now fits instead, and `covered()` is asked again.
+    """
+    waiting_reported = False
+    while True:
+        version = covered()
+        if version is not None:
+            return version
+        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
+            if held_locks is not None:
+                held_locks.add(dataset_id)
+            try:
+                return fit_now(
+                    database, dataset_id, domain, owner=owner, options=options, progress=progress
+                )
+            except FitLockLost:
+                continue
+            finally:
+                if held_locks is not None:
+                    held_locks.discard(dataset_id)
+                release(database, dataset_id, owner=owner)
+        if not waiting_reported:
+            progress({"stage": "waiting_for_fit"})
+            waiting_reported = True
+        time.sleep(poll_seconds)
+
+
 def ensure_fitted(
     database: Database,
     dataset_id: str,
@@ -178,29 +220,18 @@ def ensure_fitted(
     `held_locks` (if given) records the datasets whose fit lock this worker holds
     while it fits, so a heartbeat can renew the lease.
     """
-    waiting_reported = False
-    while True:
-        version = covering_version(database, dataset_id, high_water)
-        if version is not None:
-            return version
-        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
-            if held_locks is not None:
-                held_locks.add(dataset_id)
-            try:
-                fit_now(
-                    database, dataset_id, domain, owner=owner, options=options, progress=progress
-                )
-            except FitLockLost:
-                pass  # our lease ran out mid-fit; whoever holds the lock now fits instead
-            finally:
-                if held_locks is not None:
-                    held_locks.discard(dataset_id)
-                release(database, dataset_id, owner=owner)
-            continue
-        if not waiting_reported:
-            progress({"stage": "waiting_for_fit"})
-            waiting_reported = True
-        time.sleep(poll_seconds)
+    return _fit_until(
+        database,
+        dataset_id,
+        domain,
+        covered=lambda: covering_version(database, dataset_id, high_water),
+        owner=owner,
+        lease_seconds=lease_seconds,
+        options=options,
+        progress=progress,
+        poll_seconds=poll_seconds,
+        held_locks=held_locks,
+    )
 
 
 def refit(
@@ -215,30 +246,19 @@ def refit(
     poll_seconds: float = 0.25,
     held_locks: set[str] | None = None,
 ) -> int:
-    """Fit a new version over every measurement, covered or not (the estimator changed).
-
-    Waits for the fit lock like `ensure_fitted`; if the lease runs out mid-fit, tries
-    again (whoever took the lock may have fitted with the estimator of before).
-    """
-    waiting_reported = False
-    while True:
-        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
-            if held_locks is not None:
-                held_locks.add(dataset_id)
-            try:
-                return fit_now(
-                    database, dataset_id, domain, owner=owner, options=options, progress=progress
-                )
-            except FitLockLost:
-                continue
-            finally:
-                if held_locks is not None:
-                    held_locks.discard(dataset_id)
-                release(database, dataset_id, owner=owner)
-        if not waiting_reported:
-            progress({"stage": "waiting_for_fit"})
-            waiting_reported = True
-        time.sleep(poll_seconds)
+    """A new version over every measurement, covered or not (the estimator changed)."""
+    return _fit_until(
+        database,
+        dataset_id,
+        domain,
+        covered=lambda: None,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        options=options,
+        progress=progress,
+        poll_seconds=poll_seconds,
+        held_locks=held_locks,
+    )
 
 
 def save_if_current(
