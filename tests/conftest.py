@@ -254,7 +254,7 @@ class SeedHelper:
         from app.services.tenants import create_tenant
 
         with self.database.unit_of_work() as session:
-            tenant, _key = create_tenant(session, name=unique_name("tenant"))
+            tenant, _row, _key = create_tenant(session, name=unique_name("tenant"))
         return tenant
 
     def dataset(self, *, rows: int = 10, rho_total_units: int | None = None) -> Dataset:

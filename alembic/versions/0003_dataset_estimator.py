@@ -1,7 +1,7 @@
 """datasets.estimator and model_versions.estimator: "mle" or "cgm-em"
 
 Revision ID: 0003_estimator
-Revises: i10a_measurement_quarantine
+Revises: i12_lifecycle
 Create Date: 2026-11-23 12:30:00.000000
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003_estimator"
-down_revision: str | None = "i10a_measurement_quarantine"
+down_revision: str | None = "i12_lifecycle"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

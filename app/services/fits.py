@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import Database, Dataset, FitLock, utcnow
+from app.metrics import observe_fit
 from app.pgm.domain import Domain
 from app.pgm.estimation import DEFAULT_ESTIMATOR, FitRecord
 from app.pgm.model import GraphicalModel
@@ -207,6 +208,7 @@ def fit_now(
             new.remove(culprit)
             quarantined.add(culprit)
             progress({"quarantined": sorted(quarantined)})
+    observe_fit(record.solver, record.seconds, record.iterations)
     with database.unit_of_work() as session:
         lock = session.scalars(
             select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()

@@ -359,10 +359,14 @@ _LATEST_OF_DATASET = (
     .scalar_subquery()
 )
 _VISIBLE_LATEST_VERSION = select(Dataset.id, _LATEST_OF_DATASET).where(
-    Dataset.id == bindparam("dataset_id")
+    Dataset.id == bindparam("dataset_id"), Dataset.deleted_at.is_(None)
 )
 _VISIBLE_LATEST_VERSION_FOR_TENANT = _VISIBLE_LATEST_VERSION.where(
-    exists().where(Grant.dataset_id == Dataset.id, Grant.tenant_id == bindparam("tenant_id"))
+    exists().where(
+        Grant.dataset_id == Dataset.id,
+        Grant.tenant_id == bindparam("tenant_id"),
+        Grant.revoked_at.is_(None),
+    )
 )
 
 

@@ -66,7 +66,12 @@ def set_estimator(session: Session, dataset_id: str, estimator: str) -> Estimato
 
 
 def run_job(worker: jobs.JobRunner, job: Job) -> dict[str, Any]:
-    """Fit a new model version over the dataset's measurements with its current estimator."""
+    """Fit a new model version over the dataset's measurements with its current estimator.
+
+    Its one safe point is before the fit: a cancelled refit stops there (nothing to refund).
+    """
+    with worker.database.read_only() as session:
+        jobs.stop_if_cancelled(session, job.id)
     domain = worker.domain_of(job.dataset_id)
     worker.progress(job, {"stage": "refitting"})
     return {"model_version": worker.refit(job, domain)}

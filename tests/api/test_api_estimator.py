@@ -169,3 +169,20 @@ def test_new_measurements_on_a_cgm_em_dataset_are_fitted_by_cgm_em(
         model = _model(client, dataset["id"], tenant["headers"])
         assert model["estimator"] == "cgm-em"
         assert model["solver"] == "admm"
+
+
+def test_a_cancelled_refit_refunds_nothing_and_fits_nothing(
+    client: TestClient, measured: dict[str, Any], database: Database, settings: Settings
+) -> None:
+    dataset_id, headers = measured["dataset_id"], measured["headers"]
+    version_before = _model(client, dataset_id, headers)["version"]
+    ledger_before = ledger_lines(database, dataset_id)
+    current = client.get(f"/v1/datasets/{dataset_id}", headers=ADMIN_HEADERS).json()
+    other = "mle" if current["estimator"] == "cgm-em" else "cgm-em"
+    job_id = _patch(client, dataset_id, {"estimator": other}).json()["refit_job_id"]
+    response = client.post(f"/v1/jobs/{job_id}/cancel", headers=ADMIN_HEADERS)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    assert run_jobs(database, settings) == 0
+    assert _model(client, dataset_id, headers)["version"] == version_before
+    assert ledger_lines(database, dataset_id) == ledger_before
