@@ -146,6 +146,8 @@ class Dataset(Base):
     schema_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     # The curator's cap on the sum of all grants' limits; NULL means no cap.
     rho_total_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # How models are fitted from the measurements: "mle" or "cgm-em" (app.pgm.estimation).
+    estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Set: the raw records (dataset_columns) were destroyed; the model still answers.
     records_purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -405,6 +407,8 @@ class ModelVersion(Base):
     high_water: Mapped[int] = mapped_column(BigInteger)
     measurement_count: Mapped[int] = mapped_column(Integer)
     solver: Mapped[str] = mapped_column(String(32))
+    # The dataset's estimator when this version was fitted ("mle" or "cgm-em").
+    estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     iterations: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)
     seconds: Mapped[float] = mapped_column(Float)

@@ -12,6 +12,9 @@ Running a measurement job:
 2. fit — `fits.ensure_fitted`: the first model version covering those measurements.
 3. succeed with that version.
 
+A mechanism job runs `mechanisms.run_job`; a refit job (the dataset's estimator
+changed: no noise, no charge) runs `refits.run_job`, a new fit of the same measurements.
+
 A failure that is the job's own (a refusal: bad parameters, a model too large) fails
 it for good with that refusal's message; any other exception is a bug, logged with
 its traceback, and fails the job with a message that names only its kind and stage.
@@ -47,7 +50,7 @@ from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, mechanisms, quarantine
+from app.services import fits, jobs, mechanisms, quarantine, refits
 from app.services import measurements as measurement_service
 from app.services.jobs import LeaseLost
 
@@ -62,6 +65,8 @@ def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
         return Worker.run_measurement
     if kind in mechanisms.MECHANISMS:  # the workload-adaptive mechanisms
         return mechanisms.run_job
+    if kind == refits.JOB_KIND:  # a new fit after the dataset's estimator changed
+        return refits.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
 
@@ -267,6 +272,20 @@ class Worker:
             job.dataset_id,
             domain,
             high_water=high_water,
+            owner=self.worker_id,
+            lease_seconds=self.settings.lease_seconds,
+            options=self.fit_options(),
+            progress=lambda update: self.progress(job, update),
+            held_locks=self.held_fit_locks,
+        )
+
+    def refit(self, job: Job, domain: Domain) -> int:
+        """A new model version over all the dataset's measurements (its estimator changed)."""
+        self.check_lease()
+        return fits.refit(
+            self.database,
+            job.dataset_id,
+            domain,
             owner=self.worker_id,
             lease_seconds=self.settings.lease_seconds,
             options=self.fit_options(),

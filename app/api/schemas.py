@@ -223,11 +223,20 @@ class DatasetOut(BaseModel):
     rho_total: float | None = Field(
         default=None, description="Curator's cap on all grants together (admin view only)."
     )
+    estimator: str = Field(
+        default="mle",
+        description='How the model is fitted from the measurements: "mle" or "cgm-em".',
+    )
     created_at: datetime
     records_purged_at: datetime | None = Field(
         default=None,
         description="Set: the raw records were destroyed; answers still come from the model, "
         "measuring is refused (409 records_purged).",
+    )
+    refit_job_id: str | None = Field(
+        default=None,
+        description="PATCH only: the job refitting the model with the new estimator (none "
+        "if the estimator did not change or nothing is measured yet). It spends no budget.",
     )
 
     @classmethod
@@ -242,9 +251,21 @@ class DatasetOut(BaseModel):
                 if for_admin and dataset.rho_total_units is not None
                 else None
             ),
+            estimator=dataset.estimator or "mle",
             created_at=dataset.created_at,
             records_purged_at=dataset.records_purged_at,
         )
+
+
+class DatasetPatch(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"estimator": "cgm-em"}]}
+    )
+    estimator: Literal["mle", "cgm-em"] = Field(
+        description='"mle": Private-PGM\'s maximum likelihood (L2 for Gaussian, L1 for Laplace '
+        'noise); "cgm-em": the true marginals latent, EM (Bernstein et al., 2017). Changing '
+        "it refits the model from the same measurements, as a job that spends nothing."
+    )
 
 
 class TenantDetail(TenantOut):

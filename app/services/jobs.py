@@ -42,13 +42,16 @@ def create(
     *,
     job_id: str,
     dataset_id: str,
-    tenant_id: str,
+    tenant_id: str | None,
     kind: str,
     params: dict[str, Any],
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> Job:
-    """Add a queued job (the caller's unit of work commits it with its charge)."""
+    """Add a queued job (the caller's unit of work commits it with its charge, if any).
+
+    `tenant_id` None: the admin's job (a refit), which no tenant sees.
+    """
     job = Job(
         id=job_id,
         dataset_id=dataset_id,
@@ -237,6 +240,9 @@ class JobRunner(Protocol):
 
     def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
         """The model version covering measurements up to `high_water`, fitting if needed."""
+
+    def refit(self, job: Job, domain: Domain) -> int:
+        """A new model version over every measurement, with the dataset's estimator."""
 
 
 def succeed(

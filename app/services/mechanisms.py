@@ -29,11 +29,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord
+from app.db import Dataset, Job, MeasurementRecord
 from app.errors import InvalidRequest
 from app.ingest import unpack_column
 from app.limits import MAX_RHO, format_limit
 from app.pgm.domain import Domain
+from app.pgm.estimation import DEFAULT_ESTIMATOR
 from app.pgm.junction_tree import model_cells
 from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms import (
@@ -294,17 +295,21 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         job_high_water = measurement_service.high_water(
             session, dataset_id=job.dataset_id, job_id=job.id
         )
+        estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == job.dataset_id))
     worker.check_lease()
-    version = fits.save_if_current(
-        worker.database,
-        job.dataset_id,
-        result.model,
-        result.fit,
-        high_water=high_water,
-        measurement_count=len(others) + len(result.rounds),
-        owner=worker.worker_id,
-        lease_seconds=worker.settings.lease_seconds,
-    )
+    version = None
+    # The mechanism's own final fit is mle's; a dataset fitted otherwise refits below.
+    if estimator == DEFAULT_ESTIMATOR:
+        version = fits.save_if_current(
+            worker.database,
+            job.dataset_id,
+            result.model,
+            result.fit,
+            high_water=high_water,
+            measurement_count=len(others) + len(result.rounds),
+            owner=worker.worker_id,
+            lease_seconds=worker.settings.lease_seconds,
+        )
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
         version = worker.fit_covering(job, job_high_water, domain)

@@ -1,4 +1,5 @@
-"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted ones)."""
+"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted
+ones), and the admin's settings (PATCH: the estimator, which queues a refit)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
-from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
+from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import Name, ResourceId, SafeText
 from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
+from app.services import refits
 from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -119,6 +121,26 @@ def read_dataset(
     tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return DatasetOut.of(dataset, for_admin=principal.is_admin)
+
+
+@router.patch(
+    "/{dataset_id}",
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    responses=error_responses(
+        {404: NO_SUCH_DATASET, 422: "An unknown estimator or field, or no field at all."}
+    ),
+)
+def update_dataset(
+    dataset_id: ResourceId, body: DatasetPatch, session: SessionDep, _admin: AdminAuth
+) -> DatasetOut:
+    """Set the dataset's estimator. If it changed and anything is measured, a refit job
+    (`refit_job_id`) fits the next model version from the same measurements: no noise is
+    drawn and nothing is charged. `GET /model` names the estimator of each version."""
+    change = refits.set_estimator(session, dataset_id, body.estimator)
+    out = DatasetOut.of(change.dataset, for_admin=True)
+    out.refit_job_id = change.job.id if change.job is not None else None
+    return out
 
 
 @router.delete(
