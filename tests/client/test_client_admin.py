@@ -214,6 +214,27 @@ def test_purged_records_keep_the_model_and_a_deleted_dataset_keeps_its_ledger(
     assert [line["rho"] for line in admin.ledger(dataset_id=uploaded["id"])] == [pytest.approx(0.1)]
 
 
+def test_changing_the_estimator_refits_the_model_for_free(
+    admin: AdminClient, service: Service, dataset: dict[str, Any]
+) -> None:
+    tenant = admin.create_tenant(unique_name("estimating"))
+    admin.grant(dataset["id"], tenant["id"], 0.1)
+    analyst = tenant_client(service, tenant)
+    job = analyst.measure(dataset["id"], [["region"]], noise="laplace", scale=20)
+    job.wait(timeout=120, progress=False)
+    spent = admin.budget(dataset["id"], tenant["id"])["rho_spent"]
+    changed = admin.set_estimator(dataset["id"], "cgm-em")
+    assert changed["estimator"] == "cgm-em" and changed["refit_job_id"]
+    refit = admin.job(changed["refit_job_id"]).wait(timeout=120, progress=False)
+    model = admin.model(dataset["id"])
+    assert model["estimator"] == "cgm-em" and model["version"] == refit.model_version
+    assert admin.dataset(dataset["id"])["estimator"] == "cgm-em"
+    assert admin.budget(dataset["id"], tenant["id"])["rho_spent"] == spent
+    with pytest.raises(ApiError) as unknown:
+        admin.set_estimator(dataset["id"], "median")  # type: ignore[arg-type]
+    assert (unknown.value.status, unknown.value.code) == (422, "invalid_request")
+
+
 def test_health_readiness_and_metrics(admin: AdminClient) -> None:
     assert admin.health()["status"] == "ok"
     assert admin.ready()["status"] == "ready"

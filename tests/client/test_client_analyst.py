@@ -227,6 +227,20 @@ def test_synthetic_data_is_a_typed_frame_and_repeatable_with_a_seed(
     assert analyst.synthetic(dataset_id, rows=0).empty
 
 
+def test_synthetic_records_are_rounded_by_default_and_sampled_on_request(
+    analyst: Client, dataset_id: str, measured: Job
+) -> None:
+    rounded = analyst.synthetic(dataset_id, seed=5)
+    assert rounded.attrs["method"] == "round"
+    total = analyst.count(dataset_id)["count"].iloc[0]
+    assert abs(len(rounded) - total) <= 1  # rows default to the model's estimated total
+    # Numeric attributes come back as numbers of their original scale, inside the bins.
+    assert pd.api.types.is_float_dtype(rounded["age"])
+    assert rounded["age"].between(0, 120).all()
+    sampled = analyst.synthetic(dataset_id, rows=80, method="sample", seed=5)
+    assert sampled.attrs["method"] == "sample" and len(sampled) == 80
+
+
 def test_refusals_raise_api_error_with_the_contracts_code(
     analyst: Client, dataset_id: str, measured: Job
 ) -> None:
