@@ -177,6 +177,8 @@ def test_the_ledger_and_jobs_of_every_tenant(
         jobs.append(job.wait(timeout=120, progress=False))
     whole = admin.ledger(dataset_id=dataset["id"])
     assert admin.ledger(dataset_id=dataset["id"], page_size=1) == whole
+    lazily = admin.paginate("/v1/ledger", {"dataset_id": dataset["id"]}, page_size=1)
+    assert next(lazily) == whole[0] and list(lazily) == whole[1:]
     assert {job.id for job in jobs} <= {line["job_id"] for line in whole}
     assert {line["tenant_id"] for line in admin.ledger(tenant_id=tenants[0]["id"])} == {
         tenants[0]["id"]
