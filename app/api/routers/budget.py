@@ -9,10 +9,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BeforeValidator
+from sqlalchemy.orm import Session
 
-from app.api.deps import DatabaseDep, PrincipalDep, run_read
+from app.api.concurrency import read_endpoint
+from app.api.deps import PrincipalDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
@@ -24,6 +27,8 @@ from app.services.rho import units_to_decimal_str, units_to_rho
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["budget"])
 
 DEFAULT_DELTA = 1e-6
+# Each conversion takes about a millisecond and budgets are read far more often than
+# they change: remembered.
 _epsilon = lru_cache(maxsize=4096)(epsilon_from_rho)
 
 
@@ -32,10 +37,10 @@ _epsilon = lru_cache(maxsize=4096)(epsilon_from_rho)
     response_model=BudgetOut,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-async def read_budget(
+@read_endpoint
+def read_budget(
     dataset_id: ResourceId,
-    request: Request,
-    database: DatabaseDep,
+    session: Session,
     principal: PrincipalDep,
     delta: Annotated[
         float,
@@ -54,13 +59,7 @@ async def read_budget(
         tenant_id = principal.tenant.id
     elif tenant_id is None:
         raise InvalidRequest("with the admin key, name the grant's tenant: ?tenant_id=…")
-    grant_budget = await run_read(
-        request,
-        database,
-        lambda session: ledger.budget(session, tenant_id=tenant_id, dataset_id=dataset_id),
-    )
-    # The conversions take about a millisecond each: computed with the connection back
-    # in the pool, and remembered (budgets are read far more often than they change).
+    grant_budget = ledger.budget(session, tenant_id=tenant_id, dataset_id=dataset_id)
     spent, limit = grant_budget.spent_units, grant_budget.limit_units
     return BudgetOut(
         dataset_id=dataset_id,
@@ -80,14 +79,26 @@ async def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses=error_responses({404: NO_SUCH_DATASET}),
+    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
+@read_endpoint(on_loop=False)
 def read_ledger(
-    dataset_id: ResourceId, database: DatabaseDep, principal: PrincipalDep
+    dataset_id: ResourceId,
+    request: Request,
+    response: Response,
+    session: Session,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
     tenant_id = principal.tenant_id
-    with database.read_only() as session:
-        dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-        entries = ledger.entries(session, dataset_id=dataset_id, tenant_id=tenant_id)
-        return [LedgerEntryOut.of(entry) for entry in entries]
+    dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    found = ledger.entries(
+        session,
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        limit=page_request.limit,
+        cursor=page_request.cursor,
+    )
+    link_next(request, response, found.next_cursor)
+    return [LedgerEntryOut.of(entry) for entry in found.items]

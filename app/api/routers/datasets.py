@@ -1,18 +1,23 @@
-"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted ones)."""
+"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted
+ones), and the admin's settings (PATCH: the estimator, which queues a refit)."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Request, UploadFile, status
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
 from sqlalchemy.orm import Session
 
-from app.api.concurrency import write_endpoint
-from app.api.deps import AdminAuth, DatabaseDep, PrincipalDep, SettingsDep, run_read
-from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import AdminAuth, PrincipalDep, SettingsDep
+from app.api.openapi import refusals
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import Name, ResourceId, SafeText
+from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
+from app.services import refits
 from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -52,7 +57,7 @@ def upload_dataset(
         ),
     ],
     name: Annotated[Name, Form(examples=["adult"])],
-    database: DatabaseDep,
+    session: Session,
     settings: SettingsDep,
     _admin: AdminAuth,
     rho_total: Annotated[
@@ -74,32 +79,37 @@ def upload_dataset(
         if rho_total in (None, "")
         else rho_units(rho_total, field="rho_total", rounding="down")
     )
-    # The file is encoded before the first statement: no transaction waits on the parse.
-    with database.unit_of_work() as session:
-        dataset = dataset_service.create_dataset(
-            session,
-            name=name,
-            schema=dataset_schema,
-            stream=file.file,
-            rho_total_units=rho_total_units,
-            max_bytes=settings.max_upload_bytes,
-        )
-        return DatasetOut.of(dataset, for_admin=True)
+    dataset = dataset_service.create_dataset(
+        session,
+        name=name,
+        schema=dataset_schema,
+        stream=file.file,
+        rho_total_units=rho_total_units,
+        max_bytes=settings.max_upload_bytes,
+    )
+    return DatasetOut.of(dataset, for_admin=True)
 
 
-@router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
-async def list_datasets(
-    request: Request, database: DatabaseDep, principal: PrincipalDep
+@router.get(
+    "",
+    response_model=list[DatasetOut],
+    response_model_exclude_none=True,
+    responses={200: {"headers": LINK_HEADER_DOC}},
+)
+@read_endpoint
+def list_datasets(
+    request: Request,
+    response: Response,
+    session: Session,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
-
-    def read(session: Session) -> list[DatasetOut]:
-        return [
-            DatasetOut.of(dataset, for_admin=principal.is_admin)
-            for dataset in dataset_service.list_datasets(session, tenant_id=principal.tenant_id)
-        ]
-
-    return await run_read(request, database, read)
+    found = dataset_service.list_datasets(
+        session, tenant_id=principal.tenant_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    link_next(request, response, found.next_cursor)
+    return [DatasetOut.of(dataset, for_admin=principal.is_admin) for dataset in found.items]
 
 
 @router.get(
@@ -108,13 +118,61 @@ async def list_datasets(
     response_model_exclude_none=True,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-async def read_dataset(
-    dataset_id: ResourceId, request: Request, database: DatabaseDep, principal: PrincipalDep
-) -> DatasetOut:
+@read_endpoint
+def read_dataset(dataset_id: ResourceId, session: Session, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
+    tenant_id = principal.tenant_id
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    return DatasetOut.of(dataset, for_admin=principal.is_admin)
 
-    def read(session: Session) -> DatasetOut:
-        dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=principal.tenant_id)
-        return DatasetOut.of(dataset, for_admin=principal.is_admin)
 
-    return await run_read(request, database, read)
+@router.patch(
+    "/{dataset_id}",
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    responses=error_responses(
+        {404: NO_SUCH_DATASET, 422: "An unknown estimator or field, or no field at all."}
+    ),
+)
+@write_endpoint
+def update_dataset(
+    dataset_id: ResourceId, body: DatasetPatch, session: Session, _admin: AdminAuth
+) -> DatasetOut:
+    """Set the dataset's estimator. If it changed and anything is measured, a refit job
+    (`refit_job_id`) fits the next model version from the same measurements: no noise is
+    drawn and nothing is charged. `GET /model` names the estimator of each version."""
+    change = refits.set_estimator(session, dataset_id, body.estimator)
+    out = DatasetOut.of(change.dataset, for_admin=True)
+    out.refit_job_id = change.job.id if change.job is not None else None
+    return out
+
+
+@router.delete(
+    "/{dataset_id}/records",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Destroy a dataset's raw records; its model keeps answering (admin)",
+    responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
+)
+@write_endpoint
+def purge_records(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
+    """The uploaded records are deleted from the database; every free answer (marginals,
+    counts, queries, synthetic data) keeps working from the model, and measuring gets
+    409 `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
+    queued or running. Purging again changes nothing."""
+    dataset_service.purge_records(session, dataset_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a dataset: records, measurements and models (admin)",
+    responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
+)
+@write_endpoint
+def delete_dataset(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
+    """Records, measurements and model versions are deleted and every grant on it revoked;
+    the dataset is then a 404 to everyone. The ledger keeps its lines for the audit
+    (`GET /v1/ledger?dataset_id=`). 409 `jobs_pending` while a job is queued or running."""
+    dataset_service.delete_dataset(session, dataset_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
+from sqlalchemy.orm import Session
 
-from app.api.concurrency import write_endpoint
-from app.api.deps import AdminAuth, DatabaseDep
-from app.api.schemas import GrantCreate, GrantOut, error_responses
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import AdminAuth
+from app.api.openapi import refusals
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
 from app.api.types import ResourceId
+from app.errors import BelowSpent, GrantRevoked, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 
@@ -27,24 +31,92 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
 )
 @write_endpoint
 def create_grant(
-    dataset_id: ResourceId, body: GrantCreate, database: DatabaseDep, _admin: AdminAuth
+    dataset_id: ResourceId, body: GrantCreate, session: Session, _admin: AdminAuth
 ) -> GrantOut:
     """Grant a tenant a ρ budget on this dataset (grants together stay within rho_total).
 
     Give `rho` with any number of digits (the limit is rounded down to the ledger's unit
     of 1e-12; `rho_limit_exact` shows it), or `epsilon` and `delta`."""
-    rho_units = body.required_units(rounding="down")
-    with database.unit_of_work() as session:
-        grant = grant_service.create_grant(
-            session, dataset_id=dataset_id, tenant_id=body.tenant_id, rho_units=rho_units
-        )
-        return GrantOut.of(grant)
+    grant = grant_service.create_grant(
+        session,
+        dataset_id=dataset_id,
+        tenant_id=body.tenant_id,
+        rho_units=body.required_units(rounding="down"),
+    )
+    return GrantOut.of(grant)
 
 
-@router.get("", response_model=list[GrantOut])
-def list_grants(dataset_id: ResourceId, database: DatabaseDep, _admin: AdminAuth) -> list[GrantOut]:
-    """Every grant on this dataset."""
-    with database.read_only() as session:
-        dataset_service.get_dataset(session, dataset_id)
-        grants = grant_service.list_grants(session, dataset_id=dataset_id)
-        return [GrantOut.of(grant) for grant in grants]
+@router.get(
+    "",
+    response_model=list[GrantOut],
+    responses={
+        200: {"headers": LINK_HEADER_DOC},
+        **refusals(NotFound, not_found="No such dataset."),
+    },
+)
+@read_endpoint(on_loop=False)
+def list_grants(
+    dataset_id: ResourceId,
+    request: Request,
+    response: Response,
+    session: Session,
+    _admin: AdminAuth,
+    page_request: PageDep,
+) -> list[GrantOut]:
+    """Every grant on this dataset with its limit, spent and remaining ρ, oldest first."""
+    dataset_service.get_dataset(session, dataset_id)
+    found = grant_service.list_grants(
+        session, dataset_id=dataset_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    spent = grant_service.spent_by_grant(session, (grant.id for grant in found.items))
+    link_next(request, response, found.next_cursor)
+    return [GrantOut.of(grant, spent_units=spent[grant.id]) for grant in found.items]
+
+
+@router.patch(
+    "/{grant_id}",
+    response_model=GrantOut,
+    summary="Raise or lower a grant's ρ limit (admin)",
+    responses=refusals(
+        NotFound,
+        BelowSpent,
+        RhoTotalExceeded,
+        GrantRevoked,
+        not_found="No such dataset, or no such grant on it.",
+    ),
+)
+@write_endpoint
+def update_grant(
+    dataset_id: ResourceId,
+    grant_id: ResourceId,
+    body: GrantUpdate,
+    session: Session,
+    _admin: AdminAuth,
+) -> GrantOut:
+    """Top up or lower a tenant's limit. Never below what the grant has spent (409
+    `rho_below_spent`), never past the dataset's rho_total (409 `rho_total_exceeded`)."""
+    grant = grant_service.set_limit(
+        session,
+        dataset_id=dataset_id,
+        grant_id=grant_id,
+        rho_units=body.required_units(rounding="down"),
+    )
+    spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
+    return GrantOut.of(grant, spent_units=spent)
+
+
+@router.delete(
+    "/{grant_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Revoke a grant (admin): the tenant loses the dataset",
+    responses=refusals(NotFound, not_found="No such dataset, or no such grant on it."),
+)
+@write_endpoint
+def revoke_grant(
+    dataset_id: ResourceId, grant_id: ResourceId, session: Session, _admin: AdminAuth
+) -> Response:
+    """The tenant gets 404 on the dataset from then on, as if it did not exist; its jobs
+    on it that have not finished are cancelled (a queued one refunded whole). The ledger
+    keeps every charge; revoking again changes nothing."""
+    grant_service.revoke(session, dataset_id=dataset_id, grant_id=grant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
