@@ -275,9 +275,13 @@ def settle_lost(lost: list[tuple[str, str, bytes, str, str]]) -> list[str]:
 
 def check_ledger(args: argparse.Namespace, world: dict[str, Any], charges: list[str]) -> dict:
     admin = {"Authorization": f"Bearer {args.admin_key}"}
-    ledger = httpx.get(
-        f"{args.url[0]}/v1/datasets/{world['dataset_id']}/ledger", headers=admin, timeout=120
-    ).json()
+    ledger: list[dict[str, Any]] = []
+    target: str | None = f"/v1/datasets/{world['dataset_id']}/ledger?limit=1000"
+    while target is not None:  # every page, following Link: <…>; rel="next"
+        page = httpx.get(args.url[0] + target, headers=admin, timeout=120)
+        page.raise_for_status()
+        ledger.extend(page.json())
+        target = page.links.get("next", {}).get("url")
     lines = [Decimal(e["rho_exact"]) for e in ledger if e["kind"] == "charge"]
     refunds = [Decimal(e["rho_exact"]) for e in ledger if e["kind"] == "refund"]
     expected = sum((Decimal(c) for c in charges), Decimal(0))
