@@ -25,15 +25,16 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.privacy.accounting import rho_from_epsilon
+from app.privacy.accounting import rho_from_epsilon, smallest_scale_for_rho
 from app.privacy.mechanisms import MechanismOptions, run_aim, run_mwem
-from app.privacy.mechanisms.common import MechanismRun, sigma_for_exact_rho
+from app.privacy.mechanisms.engine import MechanismRun
 
 
 def data_dir() -> Path:
@@ -102,8 +103,8 @@ def workload_tv(domain, model, true_marginal, workload, rows: int) -> float:  # 
 
 def run_oneway(domain, true_marginal, rho, options):  # type: ignore[no-untyped-def]
     """Every one-way marginal with an equal share of ρ, then one fit (same engine)."""
-    run = MechanismRun("oneway", domain, true_marginal, rho, options, {}, (), None, None, (), None)
-    sigma = sigma_for_exact_rho(rho / len(domain))
+    run = MechanismRun("oneway", domain, true_marginal, rho, {}, options=options)
+    sigma = smallest_scale_for_rho(Fraction(rho / len(domain)))
     for a in domain.attributes:
         run.measure("measure", (a,), sigma, 0.0)
     run.refit()

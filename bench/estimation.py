@@ -49,7 +49,8 @@ import resource  # noqa: E402
 import numpy as np  # noqa: E402
 
 from app.pgm.domain import Domain  # noqa: E402
-from app.pgm.estimation import Measurement, fit  # noqa: E402
+from app.pgm.estimation import fit  # noqa: E402
+from app.pgm.measurement import Measurement  # noqa: E402
 from app.pgm.model import GraphicalModel  # noqa: E402
 
 

@@ -370,7 +370,8 @@ def setup_over_api(server: Server, grant_rho: float) -> dict[str, Any]:
 def seed_fixed_measurements(database_url: str, tenant_id: str, dataset_id: str) -> dict[str, Any]:
     """Bench-only: the 24 fixed σ=10 measurements as one paid job, fitted and saved."""
     from app.db import Database, Job
-    from app.pgm.estimation import Measurement, fit
+    from app.pgm.estimation import fit
+    from app.pgm.measurement import Measurement
     from app.services import datasets as dataset_service
     from app.services import jobs, ledger
     from app.services import measurements as measurement_service
@@ -516,7 +517,8 @@ class BackgroundFits:
 def fit_loop_main(duration: float) -> None:
     """Emulated background load: cold Adult fits, one after another, for `duration` s."""
     from app.pgm.domain import Domain
-    from app.pgm.estimation import Measurement, fit
+    from app.pgm.estimation import fit
+    from app.pgm.measurement import Measurement
 
     domain = Domain.from_sizes(json.loads((DATA / "adult-domain.json").read_text()))
     with np.load(DATA / "adult-measurements-sigma10.npz", allow_pickle=False) as archive:

@@ -33,7 +33,8 @@ def _logsumexp(values: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     if not axes:
         return values
     peak = values.max(axis=axes, keepdims=True)
-    return np.log(np.exp(values - peak).sum(axis=axes, keepdims=True)) + peak
+    result: np.ndarray = np.log(np.exp(values - peak).sum(axis=axes, keepdims=True)) + peak
+    return result
 
 
 def broadcast_shape(
@@ -125,8 +126,9 @@ class CalibrationPlan:
         beliefs = []
         for k, theta in enumerate(thetas):
             belief = theta
-            if self.parent[k] is not None:
-                belief = belief + messages[(self.parent[k], k)]
+            up = self.parent[k]
+            if up is not None:
+                belief = belief + messages[(up, k)]
             for child in self.children[k]:
                 belief = belief + messages[(child, k)]
             beliefs.append(belief)

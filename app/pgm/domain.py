@@ -7,7 +7,7 @@ attributes; `Domain.project` gives the sub-domain in canonical (domain) order.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -45,7 +45,7 @@ class Domain:
     def __len__(self) -> int:
         return len(self.attributes)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[str]:
         return iter(self.attributes)
 
     def index(self, name: str) -> int:

@@ -7,7 +7,7 @@ bytes, `to_bytes`/`from_bytes`), and what every free query is answered from.
 Inference is lazy and cached on the instance: the first query builds the junction
 tree over the cliques and calibrates it by belief propagation once; every marginal,
 factored query and synthetic sample after that reads the calibrated clique marginals
-(`app.pgm.elimination`, `app.pgm.queries`, `app.pgm.sampling`). The log-potentials
+(`app.pgm.calibrated_tree`, `app.pgm.queries`, `app.pgm.sampling`). The log-potentials
 must not be mutated after the first query.
 """
 
@@ -17,16 +17,15 @@ import io
 import json
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.pgm.calibrated_tree import CalibratedTree, TreePlan
 from app.pgm.domain import Domain, DomainError
-from app.pgm.elimination import CalibratedTree, TreePlan
-from app.pgm.junction_tree import JunctionTree, build_junction_tree
+from app.pgm.junction_tree import build_junction_tree
 from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
-from app.pgm.sampling import sample_chunks as _sample_chunks
 
 FORMAT_VERSION = 1
 
@@ -43,6 +42,10 @@ class GraphicalModel:
     cliques: tuple[Clique, ...]
     log_potentials: dict[Clique, np.ndarray]
     total: float
+    # Inference state, built lazily and not part of the value: set by `_reset_caches`.
+    _inference_lock: threading.Lock = field(init=False, repr=False, compare=False)
+    _calibrated: CalibratedTree | None = field(init=False, repr=False, compare=False)
+    _sampler: TreeSampler | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for clique in self.cliques:
@@ -73,16 +76,12 @@ class GraphicalModel:
     # ---- inference ----------------------------------------------------------------
 
     @property
-    def junction_tree(self) -> JunctionTree:
-        return self.calibrated_tree.tree
-
-    @property
     def calibrated_tree(self) -> CalibratedTree:
         """The junction tree calibrated by belief propagation, computed once per model."""
-        calibrated: CalibratedTree | None = self._calibrated  # type: ignore[attr-defined]
+        calibrated = self._calibrated
         if calibrated is None:
-            with self._inference_lock:  # type: ignore[attr-defined]
-                calibrated = self._calibrated  # type: ignore[attr-defined]
+            with self._inference_lock:
+                calibrated = self._calibrated
                 if calibrated is None:
                     tree = build_junction_tree(self.domain, self.cliques)
                     calibrated = CalibratedTree.from_potentials(tree, self.log_potentials)
@@ -129,7 +128,7 @@ class GraphicalModel:
 
     @property
     def sampler(self) -> TreeSampler:
-        sampler: TreeSampler | None = self._sampler  # type: ignore[attr-defined]
+        sampler = self._sampler
         if sampler is None:
             sampler = TreeSampler(self.calibrated_tree)
             object.__setattr__(self, "_sampler", sampler)
@@ -147,9 +146,7 @@ class GraphicalModel:
     ) -> Iterator[np.ndarray]:
         """Synthetic records (integer codes, domain order) in chunks; N̂ rows by default."""
         count = self.default_rows() if rows is None else rows
-        return _sample_chunks(
-            self.calibrated_tree, count, seed, chunk_rows=chunk_rows, sampler=self.sampler
-        )
+        return self.sampler.chunks(count, seed, chunk_rows=chunk_rows)
 
     def sample(
         self,
@@ -159,10 +156,8 @@ class GraphicalModel:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
     ) -> np.ndarray:
         """Synthetic records drawn exactly from the model: rows × attributes, integer codes."""
-        chunks = list(self.sample_chunks(rows, seed, chunk_rows=chunk_rows))
-        if not chunks:
-            return np.zeros((0, len(self.domain)), dtype=np.int64)
-        return np.concatenate(chunks)
+        count = self.default_rows() if rows is None else rows
+        return self.sampler.sample(count, seed, chunk_rows=chunk_rows)
 
     def joint_probabilities(self, max_cells: int = 1_000_000) -> np.ndarray:
         """The dense normalised joint p(x) over every attribute, axes in domain order.
@@ -185,7 +180,8 @@ class GraphicalModel:
             log_joint = log_joint + theta.reshape(shape)
         log_joint -= log_joint.max()
         joint = np.exp(log_joint)
-        return joint / joint.sum()
+        normalised: np.ndarray = joint / joint.sum()
+        return normalised
 
     def to_bytes(self) -> bytes:
         header = {
@@ -197,9 +193,10 @@ class GraphicalModel:
         }
         arrays = {f"theta_{i}": self.log_potentials[c] for i, c in enumerate(self.cliques)}
         buffer = io.BytesIO()
-        np.savez_compressed(
-            buffer, header=np.frombuffer(json.dumps(header).encode(), np.uint8), **arrays
-        )
+        # numpy's stub types **kwds as if a key could be its `allow_pickle` flag (bool);
+        # ours are all "theta_<i>", arrays.
+        encoded_header = np.frombuffer(json.dumps(header).encode(), np.uint8)
+        np.savez_compressed(buffer, header=encoded_header, **arrays)  # type: ignore[arg-type]
         return buffer.getvalue()
 
     @classmethod

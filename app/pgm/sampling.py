@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.pgm.elimination import CalibratedTree
+from app.pgm.calibrated_tree import CalibratedTree
 
 DEFAULT_CHUNK_ROWS = 65_536
 
@@ -53,7 +53,7 @@ class TreeSampler:
         self.width = len(domain)
         root = max(range(len(tree.cliques)), key=lambda i: (tree.clique_cells[i], -i))
         steps: list[_Step] = []
-        order = [(root, None)]
+        order: list[tuple[int, int | None]] = [(root, None)]
         seen = {root}
         frontier = [root]
         while frontier:
@@ -63,9 +63,9 @@ class TreeSampler:
                     seen.add(child)
                     order.append((child, parent))
                     frontier.append(child)
-        for clique, parent in order:
+        for clique, towards in order:
             attrs = tree.cliques[clique]
-            sep = tree.separator(clique, parent) if parent is not None else ()
+            sep = tree.separator(clique, towards) if towards is not None else ()
             new = tuple(a for a in attrs if a not in sep)
             layout = [attrs.index(a) for a in sep + new]
             table = np.transpose(tree.marginals[clique], layout)
@@ -106,42 +106,29 @@ class TreeSampler:
                 out[:, column] = codes
         return out
 
+    def chunks(
+        self, rows: int, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    ) -> Iterator[np.ndarray]:
+        """Yield `rows` records in chunks of at most `chunk_rows` (the last may be shorter).
 
-def sample_chunks(
-    tree: CalibratedTree,
-    rows: int,
-    seed: int | None = None,
-    *,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    sampler: TreeSampler | None = None,
-) -> Iterator[np.ndarray]:
-    """Yield `rows` records in chunks of at most `chunk_rows` (the last may be shorter).
+        The concatenated chunks equal `sample(rows, seed)` for the same chunk size.
+        """
+        if int(rows) != rows or rows < 0:
+            raise ValueError("rows must be a non-negative integer")
+        if chunk_rows < 1:
+            raise ValueError("chunk_rows must be positive")
+        rng = np.random.default_rng(seed)
+        remaining = int(rows)
+        while remaining > 0:
+            size = min(chunk_rows, remaining)
+            yield self.draw(size, rng)
+            remaining -= size
 
-    The concatenated chunks equal `sample(tree, rows, seed)` for the same chunk size.
-    """
-    if int(rows) != rows or rows < 0:
-        raise ValueError("rows must be a non-negative integer")
-    if chunk_rows < 1:
-        raise ValueError("chunk_rows must be positive")
-    sampler = sampler or TreeSampler(tree)
-    rng = np.random.default_rng(seed)
-    remaining = int(rows)
-    while remaining > 0:
-        size = min(chunk_rows, remaining)
-        yield sampler.draw(size, rng)
-        remaining -= size
-
-
-def sample(
-    tree: CalibratedTree,
-    rows: int,
-    seed: int | None = None,
-    *,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    sampler: TreeSampler | None = None,
-) -> np.ndarray:
-    """`rows` records (integer codes, columns in domain order) drawn exactly from the tree."""
-    chunks = list(sample_chunks(tree, rows, seed, chunk_rows=chunk_rows, sampler=sampler))
-    if not chunks:
-        return np.zeros((0, len(tree.domain)), dtype=np.int64)
-    return np.concatenate(chunks)
+    def sample(
+        self, rows: int, seed: int | None = None, *, chunk_rows: int = DEFAULT_CHUNK_ROWS
+    ) -> np.ndarray:
+        """`rows` records (integer codes, columns in domain order) drawn exactly from the tree."""
+        chunks = list(self.chunks(rows, seed, chunk_rows=chunk_rows))
+        if not chunks:
+            return np.zeros((0, self.width), dtype=np.int64)
+        return np.concatenate(chunks)

@@ -10,6 +10,15 @@ addition of ρ.
 - The exponential mechanism at ε is ε²/8-zCDP (bounded-range argument,
   Cesar & Rogers 2021).
 
+Two arithmetics of those costs, both here and nowhere else. `rho_gaussian`,
+`rho_laplace` and `rho_exponential` are floats, for the mechanisms' running ledger
+(whose σ and ε are chosen against them, bit for bit, so a resumed run recomputes the
+same ones). The `exact_rho_*` functions are the exact rational cost of the float σ, b
+or ε actually used: what the service charges and checks (rounded up to a ledger unit
+there), so a charge never under-counts a privacy loss by float rounding.
+`smallest_scale_for_rho` inverts the exact cost: the smallest float scale whose exact
+cost fits a share of budget.
+
 ρ → (ε, δ): `epsilon_from_rho` is the tight conversion of Canonne, Kamath and Steinke
 (2020, "The discrete Gaussian for differential privacy", Cor. 13):
 
@@ -27,21 +36,36 @@ through it would perturb ρ itself. `epsilon_from_rho_loose` is ρ + 2√(ρ log
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 
+from app.errors import PrivqError
+
 __all__ = [
+    "BudgetOverspent",
     "epsilon_for_rho_exponential",
     "epsilon_from_rho",
     "epsilon_from_rho_loose",
+    "exact_rho",
+    "exact_rho_exponential",
+    "exact_rho_gaussian",
+    "exact_rho_laplace",
     "rho_exponential",
     "rho_from_epsilon",
     "rho_gaussian",
     "rho_laplace",
     "scale_for_rho",
     "sigma_for_rho",
+    "smallest_scale_for_rho",
 ]
+
+
+class BudgetOverspent(PrivqError):
+    """More ρ would be spent than was charged; the computation stopped before releasing more."""
+
+    code = "budget_overspent"
 
 
 def _positive(name: str, value: float) -> float:
@@ -89,6 +113,46 @@ def epsilon_for_rho_exponential(rho: float) -> float:
     """The ε of an exponential-mechanism selection that costs exactly `rho` (inverse of ε²/8)."""
     rho = _positive("rho", rho)
     return math.sqrt(8.0 * rho)
+
+
+def exact_rho_gaussian(sigma: float, marginals: int = 1) -> Fraction:
+    """Exact ρ of `marginals` sensitivity-1 Gaussian measurements at this float σ: k/(2σ²)."""
+    exact_sigma = Fraction(_positive("sigma", sigma))
+    return Fraction(marginals, 2) / (exact_sigma * exact_sigma)
+
+
+def exact_rho_laplace(scale: float, marginals: int = 1) -> Fraction:
+    """Exact ρ of `marginals` sensitivity-1 Laplace measurements at scale b: k·(1/b)²/2.
+
+    The same expression in the scale as the Gaussian's k/(2σ²).
+    """
+    return exact_rho_gaussian(_positive("scale", scale), marginals)
+
+
+def exact_rho_exponential(epsilon: float) -> Fraction:
+    """Exact ρ of one exponential-mechanism selection at this float ε: ε²/8."""
+    exact_epsilon = Fraction(_positive("epsilon", epsilon))
+    return exact_epsilon * exact_epsilon / 8
+
+
+def exact_rho(noise: str, scale: float, marginals: int = 1) -> Fraction:
+    """Exact ρ of `marginals` sensitivity-1 measurements with `noise` ("gaussian"/"laplace")."""
+    if noise == "gaussian":
+        return exact_rho_gaussian(scale, marginals)
+    if noise == "laplace":
+        return exact_rho_laplace(scale, marginals)
+    raise ValueError(f"unknown noise kind {noise!r}")
+
+
+def smallest_scale_for_rho(rho: Fraction, marginals: int = 1) -> float:
+    """The float σ (or b) nearest √(k/(2ρ)) from above whose exact cost for k = `marginals`
+    measurements is at most `rho` (float rounding can put √(k/(2ρ)) an ulp too low)."""
+    if rho <= 0:
+        raise ValueError(f"rho must be positive, got {rho!r}")
+    scale = math.sqrt(marginals / (2 * float(rho)))
+    while exact_rho_gaussian(scale, marginals) > rho:
+        scale = math.nextafter(scale, math.inf)
+    return scale
 
 
 def _check_delta(delta: float) -> float:

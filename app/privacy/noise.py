@@ -7,7 +7,7 @@ cannot be seeded — tests check distributions, not values). No floating-point s
 and no `numpy.random` is used.
 
 Measurements are built once per (kind, scale) and cached. OpenDP's "contrib" feature is
-enabled inside `_measurement` on first use (the only global switch we touch; importing
+enabled by `opendp_prelude` on first use (the only global switch we touch; importing
 this module has no side effect). Counts are carried as i64, so counts up to ~4.6e18
 are safe (the noise itself is tiny in comparison; OpenDP saturates rather than wraps).
 
@@ -34,7 +34,8 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _opendp() -> Any:
+def opendp_prelude() -> Any:
+    """OpenDP's prelude with the "contrib" feature on (enabled here, on first use only)."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -44,7 +45,7 @@ def _opendp() -> Any:
 @lru_cache(maxsize=256)
 def _measurement(kind: NoiseKind, scale: float) -> Any:
     """The OpenDP measurement adding `kind` noise of `scale` to an i64 vector (cached)."""
-    dp = _opendp()
+    dp = opendp_prelude()
     domain = dp.vector_domain(dp.atom_domain(T="i64"))
     if kind == "gaussian":
         return dp.m.make_gaussian(domain, dp.l2_distance(T="i64"), scale=scale)

@@ -13,7 +13,7 @@ scores) at d_in = Δ is (2Δ/scale)²/8 = ε²/8 ρ-zCDP — exactly what
 `accounting.rho_exponential(ε)` charges (Cesar & Rogers 2021, bounded range). The
 module checks this equality each time it builds a measurement.
 
-Measurements are cached per scale; "contrib" is enabled on first use, not at import.
+Measurements are cached per scale; "contrib" is enabled on first use (`noise.opendp_prelude`).
 """
 
 from __future__ import annotations
@@ -24,19 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from app.privacy.accounting import rho_exponential
-
-
-def _opendp() -> Any:
-    import opendp.prelude as dp
-
-    dp.enable_features("contrib")
-    return dp
+from app.privacy.accounting import BudgetOverspent, rho_exponential
+from app.privacy.noise import opendp_prelude
 
 
 @lru_cache(maxsize=1024)
 def _gumbel_max(scale: float) -> Any:
-    dp = _opendp()
+    dp = opendp_prelude()
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float)
     return dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=scale)
 
@@ -79,5 +73,7 @@ def _checked_measurement(epsilon: float, sensitivity: float) -> Any:
     opendp_rho = float(measurement.map(sensitivity))
     charged = rho_exponential(epsilon)
     if opendp_rho > charged * (1.0 + 1e-9):
-        raise AssertionError(f"OpenDP charges {opendp_rho} for a selection we account as {charged}")
+        raise BudgetOverspent(
+            f"OpenDP charges {opendp_rho} for a selection we account as {charged}"
+        )
     return measurement

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Job
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
+from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy.mechanisms import UnmeasuredBound, error_bound
 

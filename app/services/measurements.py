@@ -32,9 +32,10 @@ from app.db import Job, MeasurementRecord, new_id
 from app.errors import InvalidRequest
 from app.ingest import pack_column, unpack_column
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
 from app.pgm.junction_tree import model_cells
+from app.pgm.measurement import Measurement
 from app.privacy import noise
+from app.privacy.accounting import exact_rho, smallest_scale_for_rho
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
 from app.services.rho import UNITS_PER_RHO, rho_units, rho_units_ceil, units_to_rho
@@ -65,24 +66,6 @@ class MeasurementPlan:
             "scale": self.scale,
             "rho_units": self.rho_units,
         }
-
-
-def _exact_cost(scale: float, marginals: int) -> Fraction:
-    """The exact ρ of `marginals` sensitivity-1 measurements at this float scale.
-
-    Gaussian: k/(2σ²). Laplace: ε = 1/b pure DP per marginal, so k·(1/b)²/2 — the
-    same expression in the scale.
-    """
-    exact_scale = Fraction(scale)
-    return Fraction(marginals, 2) / (exact_scale * exact_scale)
-
-
-def scale_for_share(rho: Fraction, marginals: int) -> float:
-    """The smallest float scale whose exact cost for `marginals` marginals is at most `rho`."""
-    scale = math.sqrt(marginals / (2 * float(rho)))
-    while _exact_cost(scale, marginals) > rho:
-        scale = math.nextafter(scale, math.inf)
-    return scale
 
 
 def check_attribute_sets(
@@ -178,13 +161,13 @@ def plan(
         raise InvalidRequest(f"give exactly one of rho or {scale_name}")
     if rho is not None:
         units = rho_units(rho)
-        chosen = scale_for_share(Fraction(units, UNITS_PER_RHO), k)
+        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), k)
     else:
         assert scale is not None
         if not (math.isfinite(scale) and scale > 0):
             raise InvalidRequest(f"{scale_name} must be a positive number")
         chosen = float(scale)
-        units = rho_units_ceil(_exact_cost(chosen, k), field=scale_name)
+        units = rho_units_ceil(exact_rho(noise_kind, chosen, k), field=scale_name)
     # OpenDP's own privacy map must agree that this is within what we charge.
     per_marginal = noise.privacy_map(noise_kind, chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2

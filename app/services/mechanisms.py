@@ -34,6 +34,7 @@ from app.errors import InvalidRequest
 from app.ingest import unpack_column
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
+from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
 from app.services import datasets as dataset_service
 from app.services import fits, ledger
@@ -169,21 +170,12 @@ def submit(
 # -- the worker's side ----------------------------------------------------------------
 
 
-def exact_round_cost(round_: Round) -> Fraction:
-    """The exact ρ of a round from the floats it used: 1/(2σ²) + ε²/8."""
-    sigma = Fraction(round_.sigma)
-    cost = Fraction(1, 2) / (sigma * sigma)
-    if round_.epsilon > 0:
-        epsilon = Fraction(round_.epsilon)
-        cost += epsilon * epsilon / 8
-    return cost
-
-
 def check_spent(rounds: Sequence[Round], charged_units: int) -> Fraction:
-    """Exact total ρ of the rounds; AssertionError if it exceeds the exact charge."""
-    spent = sum((exact_round_cost(r) for r in rounds), Fraction(0))
+    """Exact total ρ of the rounds; BudgetOverspent if it exceeds the exact charge."""
+    spent = sum((r.exact_cost for r in rounds), Fraction(0))
     charged = Fraction(charged_units, UNITS_PER_RHO)
-    assert spent <= charged, f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged"
+    if spent > charged:
+        raise BudgetOverspent(f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged")
     return spent
 
 
@@ -243,7 +235,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
                 attributes=round_.attributes,
                 noise_kind="gaussian",
                 scale=round_.sigma,
-                rho_units_used=math.ceil(exact_round_cost(round_) * UNITS_PER_RHO),
+                rho_units_used=math.ceil(round_.exact_cost * UNITS_PER_RHO),
                 values=round_.values,
                 details=_round_details(round_),
             )

@@ -33,6 +33,7 @@ from sqlalchemy.sql.compiler import Compiled
 from app.db import Dataset, Grant, MeasurementRecord, ModelVersion
 from app.errors import Conflict, NotFound, PrivqError
 from app.pgm.estimation import FitRecord
+from app.pgm.measurement import noise_variance
 from app.pgm.model import GraphicalModel
 from app.schema import DatasetSchema, parse_schema
 from app.services.bounds import BoundContext, load_context
@@ -73,7 +74,7 @@ class CoveredMeasurement:
     @property
     def noise_variance(self) -> float:
         """Variance of the noise on each measured cell: σ², or 2b² for Laplace."""
-        return self.scale**2 if self.noise == "gaussian" else 2.0 * self.scale**2
+        return noise_variance(self.noise, self.scale)
 
 
 @dataclass(frozen=True, eq=False)

@@ -24,7 +24,8 @@ from app.api import create_app
 from app.db import Job, LedgerEntry, MeasurementRecord
 from app.ingest import pack_column
 from app.pgm import queries as q
-from app.pgm.estimation import Measurement, fit
+from app.pgm.estimation import fit
+from app.pgm.measurement import Measurement
 from app.pgm.queries import FactoredQuery
 from app.schema import parse_schema
 from app.services import models as model_service

@@ -13,7 +13,7 @@ from test_api_mechanisms import SIZES, small_adult
 from app.config import Settings
 from app.db import Database, Job
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
+from app.pgm.measurement import Measurement
 from app.privacy.mechanisms import theorem2_bound
 from app.worker import Worker
 

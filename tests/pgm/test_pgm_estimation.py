@@ -8,16 +8,11 @@ import scipy.sparse as sp
 
 from app.pgm.belief_propagation import calibrate
 from app.pgm.domain import Domain
-from app.pgm.estimation import (
-    SOLVERS,
-    Measurement,
-    estimate_total,
-    fit,
-    loss,
-    potentials_from_marginals,
-)
+from app.pgm.estimation import SOLVERS, fit
 from app.pgm.junction_tree import ModelTooLarge, build_junction_tree
+from app.pgm.measurement import Measurement, estimate_total, loss
 from app.pgm.model import GraphicalModel
+from app.pgm.problem import potentials_from_marginals
 
 DOMAIN = Domain(("a", "b", "c", "d", "e"), (3, 4, 2, 3, 4))
 CYCLE = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "a"), ("e",)]

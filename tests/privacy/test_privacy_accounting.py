@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,12 +13,17 @@ from app.privacy.accounting import (
     epsilon_for_rho_exponential,
     epsilon_from_rho,
     epsilon_from_rho_loose,
+    exact_rho,
+    exact_rho_exponential,
+    exact_rho_gaussian,
+    exact_rho_laplace,
     rho_exponential,
     rho_from_epsilon,
     rho_gaussian,
     rho_laplace,
     scale_for_rho,
     sigma_for_rho,
+    smallest_scale_for_rho,
 )
 
 
@@ -104,6 +110,27 @@ def test_laplace_round_trips() -> None:
 def test_exponential_cost() -> None:
     assert rho_exponential(2.0) == pytest.approx(0.5)
     assert rho_exponential(epsilon_for_rho_exponential(0.037)) == pytest.approx(0.037, rel=1e-12)
+
+
+def test_exact_costs_are_the_rationals_of_the_floats_used() -> None:
+    assert exact_rho_gaussian(2.0, 3) == Fraction(3, 8)
+    assert exact_rho_laplace(0.5) == Fraction(2)
+    assert exact_rho_exponential(2.0) == Fraction(1, 2)
+    assert exact_rho("gaussian", 4.0, 2) == exact_rho("laplace", 4.0, 2) == Fraction(1, 16)
+    # 0.1 is not a binary fraction: its exact cost is not 50, and the float cost rounds it.
+    exact = exact_rho_gaussian(0.1)
+    assert exact != 50 and float(exact) == pytest.approx(rho_gaussian(0.1), rel=1e-15)
+    assert float(exact_rho_exponential(0.3)) == pytest.approx(rho_exponential(0.3), rel=1e-15)
+    with pytest.raises(ValueError):
+        exact_rho("uniform", 1.0)
+
+
+def test_smallest_scale_fits_its_share_and_the_next_float_down_does_not() -> None:
+    for units, k in itertools.product((1, 37, 5 * 10**10, 10**12, 3 * 10**12 + 7), (1, 3, 24)):
+        rho = Fraction(units, 10**12)
+        scale = smallest_scale_for_rho(rho, k)
+        assert exact_rho_gaussian(scale, k) <= rho
+        assert exact_rho_gaussian(math.nextafter(scale, 0.0), k) > rho
 
 
 def test_invalid_inputs() -> None:

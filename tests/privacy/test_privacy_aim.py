@@ -21,12 +21,8 @@ from app.privacy.mechanisms import (
 )
 from app.privacy.mechanisms.aim import aim_schedule
 from app.privacy.mechanisms.bounds import combined_estimate, theorem2_bound
-from app.privacy.mechanisms.common import (
-    candidate_weights,
-    covered_by,
-    normalise_workload,
-    round_cost,
-)
+from app.privacy.mechanisms.budget import round_cost
+from app.privacy.mechanisms.workload import candidate_weights, covered_by, normalise_workload
 
 
 def test_candidate_weights_follow_the_paper() -> None:
@@ -234,7 +230,7 @@ def test_never_uses_numpy_random(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_theorem2_combines_measurements_by_inverse_variance() -> None:
-    from app.pgm.estimation import Measurement
+    from app.pgm.measurement import Measurement
 
     ab = np.arange(6, dtype=float).reshape(2, 3)
     m1 = Measurement(("a", "b"), ab.ravel(), "gaussian", 2.0)
@@ -282,7 +278,7 @@ def test_error_bounds_hold_empirically() -> None:
 
 
 def test_error_bound_picks_theorem_and_moves_theorem4_to_later_models() -> None:
-    from app.pgm.estimation import Measurement
+    from app.pgm.measurement import Measurement
     from app.privacy.mechanisms import UnmeasuredBound
 
     m = Measurement(("a", "b"), np.ones(6), "gaussian", 2.0)

@@ -13,7 +13,7 @@ from app.pgm.junction_tree import model_cells
 from app.privacy import noise, selection
 from app.privacy.accounting import rho_exponential, rho_gaussian
 from app.privacy.mechanisms import MechanismOptions, Round, error_bound, run_mwem
-from app.privacy.mechanisms.common import covered_by
+from app.privacy.mechanisms.workload import covered_by
 
 
 def test_round_parameters_split_rho_per_round() -> None:

@@ -13,7 +13,8 @@ from sqlalchemy.exc import InvalidRequestError
 from app.db import Dataset, Job, MeasurementRecord, ModelVersion
 from app.ingest import pack_column
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement, fit
+from app.pgm.estimation import fit
+from app.pgm.measurement import Measurement
 from app.services import models as model_service
 from app.services.models import LoadedModel, ModelCache, NoModel
 

@@ -10,7 +10,8 @@ import pytest
 from app.db import Dataset, Grant
 from app.errors import NotFound
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement, fit
+from app.pgm.estimation import fit
+from app.pgm.measurement import Measurement
 from app.services import answers
 from app.services import models as model_service
 from app.services.models import NoModel

@@ -1,7 +1,10 @@
 """Workload-adaptive mechanisms: AIM and MWEM+PGM as resumable select/measure loops.
 
-- `common` — workloads and their candidates, round records, options, results, the ρ
-  ledger and the pieces both loops share (size filter, scoring, replay).
+- `engine` — the select/measure run both loops drive (`MechanismRun`), its options,
+  progress reports and result: the protocol with the service.
+- `rounds` — the persisted record of each round, and the checks of stored rounds.
+- `budget` — round costs (float and exact), the split of a round's ρ, the ρ ledger.
+- `workload` — workloads, their candidates and the model-size filter.
 - `bounds` — AIM §5 error bounds: Theorem 2 (measured marginals) and Theorem 4
   (workload marginals never measured).
 - `aim` — AIM (McKenna et al., VLDB 2022).
@@ -19,14 +22,9 @@ from app.privacy.mechanisms.bounds import (
     theorem2_bound,
     theorem4_bound,
 )
-from app.privacy.mechanisms.common import (
-    MechanismOptions,
-    MechanismResult,
-    Progress,
-    Round,
-    RoundsMismatch,
-)
+from app.privacy.mechanisms.engine import MechanismOptions, MechanismResult, Progress
 from app.privacy.mechanisms.mwem import run_mwem
+from app.privacy.mechanisms.rounds import Round, RoundsMismatch
 
 __all__ = [
     "ErrorBound",

@@ -18,37 +18,30 @@ Algorithms 1–4 of the paper, on our OpenDP noise and app.pgm estimation:
 - Annealing: if ‖M_r(p̂_t) − M_r(p̂_{t−1})‖₁ ≤ √(2/π)·σ·n_r the model no longer learns
   at this noise level: σ ← σ/2, ε ← 2ε.
 
-The run is resumable (see `common`): stored rounds are replayed (no noise drawn), the
+The run is resumable (see `engine`): stored rounds are replayed (no noise drawn), the
 one-way initialisation is finished if it was interrupted, and the annealing decision
 after the last stored round is recomputed from the refitted model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Unpack
 
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
-from app.pgm.model import GraphicalModel
-from app.privacy.mechanisms.common import (
-    SQRT_2_OVER_PI,
-    Attrs,
+from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
+from app.privacy.mechanisms.budget import round_cost, split_round
+from app.privacy.mechanisms.engine import (
     MechanismOptions,
     MechanismResult,
     MechanismRun,
-    Progress,
-    Round,
-    RoundsMismatch,
+    RunArguments,
     TrueMarginal,
-    candidate_weights,
-    normalise_workload,
-    round_cost,
-    size_filter,
-    split_round,
 )
+from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
+from app.privacy.mechanisms.workload import candidate_weights, normalise_workload, size_filter
 
 NAME = "aim"
 
@@ -73,13 +66,7 @@ def run_aim(
     true_marginal: TrueMarginal,
     rho: float,
     workload: Iterable[Sequence[str] | tuple[Sequence[str], float]],
-    *,
-    options: MechanismOptions | None = None,
-    completed_rounds: Sequence[Round | Mapping[str, Any]] = (),
-    on_round: Callable[[Round], None] | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    base_measurements: Sequence[Measurement] = (),
-    warm_start: GraphicalModel | None = None,
+    **arguments: Unpack[RunArguments],
 ) -> MechanismResult:
     """Run (or resume) AIM with total budget `rho` (zCDP) over `workload`.
 
@@ -88,8 +75,10 @@ def run_aim(
     and `warm_start` only inform the fits and selections (post-processing, no cost).
     Returns the mechanism's own measurements, the fitted model, the rounds and Theorem 4
     bounds; the ρ spent equals `rho` up to float rounding and never exceeds it.
+    `arguments` are `RunArguments`: options, completed_rounds (to resume), on_round,
+    on_progress, base_measurements, warm_start.
     """
-    options = options or MechanismOptions()
+    options = arguments["options"] = arguments.get("options") or MechanismOptions()
     normalised = normalise_workload(domain, workload)
     weights = candidate_weights(domain, normalised)
     _, sigma0, epsilon0 = aim_schedule(domain, rho, options)
@@ -101,19 +90,7 @@ def run_aim(
         raise ValueError(
             f"AIM needs more rounds (T = {rounds_t}) than one-way marginals ({len(oneway)})"
         )
-    run = MechanismRun(
-        NAME,
-        domain,
-        true_marginal,
-        rho,
-        options,
-        normalised,
-        completed_rounds,
-        on_round,
-        on_progress,
-        base_measurements,
-        warm_start,
-    )
+    run = MechanismRun(NAME, domain, true_marginal, rho, normalised, **arguments)
 
     def check(index: int, r: Round) -> None:
         if index < len(oneway):

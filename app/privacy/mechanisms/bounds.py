@@ -49,10 +49,13 @@ from typing import Any, Literal
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
-from app.privacy.mechanisms.common import SQRT_2_OVER_PI, Attrs, Round
+from app.pgm.measurement import Measurement
+from app.privacy.mechanisms.rounds import Attrs, Round
 
 Theorem = Literal["theorem 2", "theorem 4"]
+
+# E|Z| for a standard normal Z: the expected absolute noise of a Gaussian cell, per σ.
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def combined_estimate(
     for m in measurements:
         if m.noise != "gaussian" or m.query is not None or not wanted <= set(m.attributes):
             continue
-        c = n_r / (domain.cells(m.attributes) * m.scale**2)
+        c = n_r / (domain.cells(m.attributes) * m.noise_variance)
         numerator += c * _project(domain, m, attrs)
         precision += c
     if precision == 0.0:

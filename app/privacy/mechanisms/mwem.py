@@ -15,25 +15,20 @@ measurements of the dataset (`base_measurements`) give a model to start from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Unpack
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import Measurement
-from app.pgm.model import GraphicalModel
-from app.privacy.mechanisms.common import (
+from app.privacy.mechanisms.budget import split_round
+from app.privacy.mechanisms.engine import (
     MechanismOptions,
     MechanismResult,
     MechanismRun,
-    Progress,
-    Round,
-    RoundsMismatch,
+    RunArguments,
     TrueMarginal,
-    check_workload,
-    normalise_workload,
-    size_filter,
-    split_round,
 )
+from app.privacy.mechanisms.rounds import Round, RoundsMismatch
+from app.privacy.mechanisms.workload import check_workload, normalise_workload, size_filter
 
 NAME = "mwem"
 
@@ -47,39 +42,21 @@ def run_mwem(
     true_marginal: TrueMarginal,
     rho: float,
     workload: Iterable[Sequence[str] | tuple[Sequence[str], float]],
-    *,
-    options: MechanismOptions | None = None,
-    completed_rounds: Sequence[Round | Mapping[str, Any]] = (),
-    on_round: Callable[[Round], None] | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    base_measurements: Sequence[Measurement] = (),
-    warm_start: GraphicalModel | None = None,
+    **arguments: Unpack[RunArguments],
 ) -> MechanismResult:
     """Run (or resume) MWEM+PGM with total budget `rho` over `workload` (T = options.rounds).
 
     Same contract as `run_aim`; workload weights are ignored (each marginal has
     quality sensitivity 1).
     """
-    options = options or MechanismOptions()
+    options = arguments["options"] = arguments.get("options") or MechanismOptions()
     normalised = normalise_workload(domain, workload)
     unit = {r: 1.0 for r in normalised}
     total_rounds = mwem_rounds(domain, options)
     check_workload(domain, normalised, options.max_model_cells)  # before any noise is drawn
     alpha = options.measure_share
     sigma, epsilon = split_round(rho / total_rounds, alpha)
-    run = MechanismRun(
-        NAME,
-        domain,
-        true_marginal,
-        rho,
-        options,
-        unit,
-        completed_rounds,
-        on_round,
-        on_progress,
-        base_measurements,
-        warm_start,
-    )
+    run = MechanismRun(NAME, domain, true_marginal, rho, unit, **arguments)
 
     def check(index: int, r: Round) -> None:
         if index >= total_rounds:
@@ -90,7 +67,7 @@ def run_mwem(
             raise RoundsMismatch(f"stored round {index} used another σ")
 
     run.replay(check)
-    if run.rounds or base_measurements:
+    if run.rounds or run.base_measurements:
         run.refit()
     for t in range(len(run.rounds), total_rounds):
         final = t == total_rounds - 1

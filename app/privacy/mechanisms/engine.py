@@ -1,0 +1,362 @@
+"""The select/measure engine that AIM and MWEM+PGM drive, and what a run takes and gives.
+
+`MechanismRun` holds one run's state — its ρ ledger, the rounds (replayed and new),
+the current model and what AIM's Theorem 4 needs — and owns the protocol with the
+service: the mechanism calls `on_round(round)` right after the noise of the round is
+drawn and BEFORE anything (the model fit) uses it; the service commits the round
+there. A resumed run gets the stored rounds back as `completed_rounds`, replays them
+(their noise and ρ are reused; nothing is drawn for them) and continues with the
+budget that is left. Progress is reported after each round is stored and each fit.
+
+`RunArguments` are the keyword arguments every mechanism's `run_*` function takes
+besides the domain, the true marginals, ρ and the workload; they go to the run as
+they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict, Unpack
+
+import numpy as np
+
+from app.pgm.domain import Domain
+from app.pgm.estimation import FitRecord, fit
+from app.pgm.measurement import Measurement
+from app.pgm.model import GraphicalModel
+from app.privacy import noise, selection
+from app.privacy.accounting import BudgetOverspent
+from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
+from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger, round_cost
+from app.privacy.mechanisms.rounds import (
+    Attrs,
+    Round,
+    RoundKind,
+    RoundsMismatch,
+    Selection,
+    check_replayed,
+)
+from app.privacy.mechanisms.workload import covered_by
+
+TrueMarginal = Callable[[Attrs], np.ndarray]
+
+
+@dataclass(frozen=True)
+class MechanismOptions:
+    """Knobs of a run. Everything here must be the same when a run is resumed."""
+
+    max_model_cells: int = 10**7
+    rounds: int | None = None  # AIM: T (default 16·d); MWEM: T (default d)
+    measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
+    confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
+    # Fits between rounds only steer selection and annealing: a warm-started mirror-descent
+    # fit of a few hundred iterations per round is enough (each round adds one measurement) and
+    # costs linear time in the model's cells. The final fit, which the result and the
+    # bounds refer to, runs app.pgm's default solver to convergence.
+    fit_solver: str | None = "mirror_descent"
+    fit_iterations: int = 300
+    final_fit_solver: str | None = None  # None: app.pgm's default
+    final_fit_iterations: int = 500
+    fit_tolerance: float = 1e-7
+
+    def __post_init__(self) -> None:
+        if self.max_model_cells < 1:
+            raise ValueError("max_model_cells must be positive")
+        if self.rounds is not None and self.rounds < 1:
+            raise ValueError("rounds must be positive")
+        if not 0.0 < self.measure_share < 1.0:
+            raise ValueError("measure_share must be in (0, 1)")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError("confidence must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reported after each round is stored and after each fit."""
+
+    mechanism: str
+    round_index: int
+    stage: Literal["measured", "fitted", "done"]
+    attributes: Attrs
+    rho_used: float
+    rho_total: float
+    rounds_done: int
+
+
+@dataclass
+class MechanismResult:
+    measurements: list[Measurement]
+    model: GraphicalModel
+    fit: FitRecord
+    rounds: list[Round]
+    rho_used: float
+    rho_charged: float
+    # Theorem 4 bounds (relative to `model`) of workload marginals never measured
+    unmeasured_bounds: dict[Attrs, UnmeasuredBound] = field(default_factory=dict)
+
+
+class RunArguments(TypedDict, total=False):
+    """The optional arguments of every mechanism (`run_aim`, `run_mwem`)."""
+
+    options: MechanismOptions | None
+    completed_rounds: Sequence[Round | Mapping[str, Any]]
+    on_round: Callable[[Round], None] | None
+    on_progress: Callable[[Progress], None] | None
+    base_measurements: Sequence[Measurement]
+    warm_start: GraphicalModel | None
+
+
+class TrueMarginals:
+    """Cache of the true count marginals the worker computes (flat, int64)."""
+
+    def __init__(self, domain: Domain, compute: TrueMarginal) -> None:
+        self.domain = domain
+        self._compute = compute
+        self._cache: dict[Attrs, np.ndarray] = {}
+
+    def __call__(self, attrs: Attrs) -> np.ndarray:
+        found = self._cache.get(attrs)
+        if found is None:
+            raw = np.asarray(self._compute(attrs))
+            if raw.size != self.domain.cells(attrs):
+                raise ValueError(f"true marginal of {attrs} has {raw.size} cells")
+            if raw.dtype.kind not in "iub" and not np.all(raw == np.round(raw)):
+                raise TypeError("true marginals must be integer counts")
+            found = raw.astype(np.int64).ravel()
+            self._cache[attrs] = found
+        return found
+
+
+def fit_model(
+    domain: Domain,
+    measurements: Sequence[Measurement],
+    options: MechanismOptions,
+    warm_start: GraphicalModel | None,
+    final: bool = False,
+) -> tuple[GraphicalModel, FitRecord]:
+    kwargs: dict[str, Any] = {}
+    solver = options.final_fit_solver if final else options.fit_solver
+    if solver is not None:
+        kwargs["solver"] = solver
+    return fit(
+        domain,
+        measurements,
+        warm_start=warm_start,
+        max_iterations=options.final_fit_iterations if final else options.fit_iterations,
+        tolerance=options.fit_tolerance,
+        max_model_cells=options.max_model_cells,
+        **kwargs,
+    )
+
+
+def model_estimate(model: GraphicalModel | None, domain: Domain, attrs: Attrs) -> np.ndarray:
+    """M_r(p̂) flattened; an all-zero estimate before any model exists."""
+    if model is None:
+        return np.zeros(domain.cells(attrs))
+    return np.asarray(model.marginal(attrs), dtype=float).ravel()
+
+
+def notify(on_progress: Callable[[Progress], None] | None, progress: Progress) -> None:
+    if on_progress is not None:
+        on_progress(progress)
+
+
+class MechanismRun:
+    """State of one run: ledger, rounds (replayed and new), current model, Theorem 4 data.
+
+    AIM and MWEM drive it with their own schedules; it owns the protocol: ρ is spent in
+    the ledger before noise is drawn, the round is handed to `on_round` (the service
+    commits it) before the model uses it, and progress is reported after each step.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        domain: Domain,
+        true_marginal: TrueMarginal,
+        rho: float,
+        workload: Mapping[Attrs, float],
+        **arguments: Unpack[RunArguments],
+    ) -> None:
+        self.name = name
+        self.domain = domain
+        self.truth = TrueMarginals(domain, true_marginal)
+        self.ledger = RhoLedger(rho)
+        self.options = arguments.get("options") or MechanismOptions()
+        self.workload = dict(workload)
+        self.stored = [
+            r if isinstance(r, Round) else Round.from_dict(r)
+            for r in arguments.get("completed_rounds", ())
+        ]
+        check_replayed(self.stored)
+        for r in self.stored:
+            if r.values.size != domain.cells(r.attributes):
+                raise RoundsMismatch(f"stored round {r.index} has the wrong number of values")
+        self.on_round = arguments.get("on_round")
+        self.on_progress = arguments.get("on_progress")
+        self.base_measurements = list(arguments.get("base_measurements", ()))
+        self.model = arguments.get("warm_start")
+        self.fit_record: FitRecord | None = None
+        self.rounds: list[Round] = []
+        # workload marginal -> (round index, M_r(p̂_{t−1})) of the last round it was a
+        # candidate in this process (the vectors are not persisted; see `finish`)
+        self.estimates_at_selection: dict[Attrs, tuple[int, np.ndarray]] = {}
+
+    # --- replay -----------------------------------------------------------------
+    def replay(self, check: Callable[[int, Round], None]) -> None:
+        """Take the stored rounds back: their ρ is spent again in the ledger, no noise drawn."""
+        for r in self.stored:
+            check(r.index, r)
+            self.ledger.spend(r.rho)
+            self.rounds.append(r)
+
+    # --- state ------------------------------------------------------------------
+    @property
+    def measured(self) -> list[Attrs]:
+        sets = [self.domain.canonical(m.attributes) for m in self.base_measurements]
+        return sets + [self.domain.canonical(r.attributes) for r in self.rounds]
+
+    def measurements(self) -> list[Measurement]:
+        return self.base_measurements + [r.measurement() for r in self.rounds]
+
+    def estimate(self, attrs: Attrs) -> np.ndarray:
+        return model_estimate(self.model, self.domain, attrs)
+
+    def _progress(self, stage: Literal["measured", "fitted", "done"], attrs: Attrs) -> None:
+        notify(
+            self.on_progress,
+            Progress(
+                mechanism=self.name,
+                round_index=len(self.rounds) - 1,
+                stage=stage,
+                attributes=attrs,
+                rho_used=self.ledger.used,
+                rho_total=self.ledger.charged,
+                rounds_done=len(self.rounds),
+            ),
+        )
+
+    # --- steps ------------------------------------------------------------------
+    def select(
+        self,
+        candidates: Sequence[Attrs],
+        weights: Mapping[Attrs, float],
+        sigma: float,
+        epsilon: float,
+        bias: float,
+    ) -> tuple[Attrs, np.ndarray, dict[str, Any]]:
+        """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − b·σ·n_r)."""
+        if not candidates:
+            raise ValueError("no candidate marginal fits within the model size limit")
+        index = len(self.rounds)
+        estimates = [self.estimate(r) for r in candidates]
+        scores = np.empty(len(candidates))
+        for k, (r, est) in enumerate(zip(candidates, estimates, strict=True)):
+            error = float(np.abs(self.truth(r) - est).sum())
+            scores[k] = weights[r] * (error - bias * sigma * self.domain.cells(r))
+        sensitivity = max(weights[r] for r in candidates)
+        chosen = selection.exponential_mechanism(scores, epsilon, sensitivity)
+        for r, est in zip(candidates, estimates, strict=True):
+            if r in self.workload:
+                self.estimates_at_selection[r] = (index, est)
+        info = {
+            "candidates": len(candidates),
+            "sensitivity": float(sensitivity),
+            "chosen_weight": float(weights[candidates[chosen]]),
+            "bias": float(bias),
+            "workload_candidates": tuple(r for r in candidates if r in self.workload),
+        }
+        return candidates[chosen], estimates[chosen], info
+
+    def measure(
+        self,
+        kind: RoundKind,
+        attrs: Attrs,
+        sigma: float,
+        epsilon: float,
+        *,
+        annealed: bool = False,
+        final: bool = False,
+        estimate_before: np.ndarray | None = None,
+        selection_info: Mapping[str, Any] | None = None,
+    ) -> Round:
+        """Spend, draw the noise (OpenDP), hand the round to `on_round`, keep it."""
+        cost = round_cost(sigma, epsilon)
+        self.ledger.spend(cost)
+        noisy = noise.discrete_gaussian(self.truth(attrs), sigma)
+        selection_record = None
+        if selection_info is not None:
+            assert estimate_before is not None
+            selection_record = Selection(
+                error_before=float(np.abs(noisy - estimate_before).sum()), **selection_info
+            )
+        record = Round(
+            index=len(self.rounds),
+            kind=kind,
+            attributes=attrs,
+            sigma=sigma,
+            epsilon=epsilon,
+            rho=cost,
+            values=noisy,
+            annealed=annealed,
+            final=final,
+            estimate_before=estimate_before,
+            selection=selection_record,
+        )
+        if self.on_round is not None:
+            self.on_round(record)  # the service commits it here, before anything uses it
+        self.rounds.append(record)
+        self._progress("measured", attrs)
+        return record
+
+    def refit(self, final: bool = False) -> None:
+        self.model, self.fit_record = fit_model(
+            self.domain, self.measurements(), self.options, self.model, final
+        )
+        self._progress("fitted", self.rounds[-1].attributes if self.rounds else ())
+
+    # --- end --------------------------------------------------------------------
+    def finish(self, weights: Mapping[Attrs, float] | None = None) -> MechanismResult:
+        """Final fit, final checks, and Theorem 4 bounds (relative to the final model).
+
+        `weights` are the quality weights w_r the selections used (AIM's candidate
+        weights; 1 for MWEM, the default).
+        """
+        self.refit(final=True)
+        assert self.model is not None and self.fit_record is not None
+        used = self.ledger.used
+        if used > self.ledger.charged * (1.0 + LEDGER_RTOL):
+            raise BudgetOverspent(
+                f"mechanism spent {used!r} ρ but was charged {self.ledger.charged!r}"
+            )
+        measured = self.measured
+        bounds: dict[Attrs, UnmeasuredBound] = {}
+        for r in self.workload:
+            weight = 1.0 if weights is None else weights[r]
+            if covered_by(r, measured):
+                continue  # Theorem 2 applies
+            last = None
+            for rnd in reversed(self.rounds):
+                if rnd.selection is not None and r in rnd.selection.workload_candidates:
+                    last = rnd
+                    break
+            if last is None:
+                continue
+            stored = self.estimates_at_selection.get(r)
+            if stored is None or stored[0] != last.index:
+                # that round was replayed after a crash: M_r(p̂_{t−1}) is gone, no bound
+                continue
+            base = theorem4_round_bound(self.domain, last, r, weight, self.options.confidence)
+            drift = float(np.abs(stored[1] - self.estimate(r)).sum())
+            bounds[r] = UnmeasuredBound(r, base + drift, last.index, self.options.confidence)
+        self._progress("done", self.rounds[-1].attributes if self.rounds else ())
+        return MechanismResult(
+            measurements=[r.measurement() for r in self.rounds],
+            model=self.model,
+            fit=self.fit_record,
+            rounds=list(self.rounds),
+            rho_used=used,
+            rho_charged=self.ledger.charged,
+            unmeasured_bounds=bounds,
+        )
