@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--fit-iterations", type=int, default=None, help="per-round fit iterations")
     parser.add_argument("--final-fit-iterations", type=int, default=None)
     parser.add_argument("--fit-solver", default=None, help="solver of the fits between rounds")
+    parser.add_argument("--round-tolerance", type=float, default=None)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--dataset", default="adult", choices=["adult", *GENERATED])
     parser.add_argument("--rows", type=int, default=None, help="rows of a generated dataset")
@@ -183,6 +184,8 @@ def main() -> None:
         tuning["fit_iterations"] = args.fit_iterations
     if args.final_fit_iterations is not None:
         tuning["final_fit_iterations"] = args.final_fit_iterations
+    if args.round_tolerance is not None:
+        tuning["round_fit_tolerance"] = args.round_tolerance
     if args.fit_solver is not None:
         tuning["fit_solver"] = None if args.fit_solver == "auto" else args.fit_solver
     shared = {

@@ -58,7 +58,8 @@ class MechanismOptions:
     fit_iterations: int = 300
     final_fit_solver: str | None = None  # None: app.pgm's default
     final_fit_iterations: int = 500
-    fit_tolerance: float = 1e-7
+    fit_tolerance: float = 1e-7  # of the final fit
+    round_fit_tolerance: float = 1e-7  # of the fits between rounds
 
     def __post_init__(self) -> None:
         if self.max_model_cells < 1:
@@ -144,7 +145,7 @@ def fit_model(
         measurements,
         warm_start=warm_start,
         max_iterations=options.final_fit_iterations if final else options.fit_iterations,
-        tolerance=options.fit_tolerance,
+        tolerance=options.fit_tolerance if final else options.round_fit_tolerance,
         max_model_cells=options.max_model_cells,
         **kwargs,
     )
