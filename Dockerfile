@@ -13,6 +13,8 @@ WORKDIR /srv/privq
 COPY pyproject.toml README.md ./
 RUN mkdir app && touch app/__init__.py && pip install . && pip uninstall -y privq && rm -rf app
 
+COPY setup.py alembic.ini ./
+COPY alembic ./alembic
 COPY app ./app
 RUN pip install --no-deps . && useradd --system --uid 10001 --home-dir /srv/privq privq \
     && mkdir -p /srv/privq/data && chown privq /srv/privq/data

@@ -22,10 +22,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.worker import start_embedded_workers
 
     if args.workers_in_process is not None:
         settings = settings.model_copy(update={"workers_in_process": args.workers_in_process})
-    app = create_app(settings)
+    app = create_app(settings, start_workers=start_embedded_workers)
     # The app's own JSON request log replaces uvicorn's access log.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False)
     return 0

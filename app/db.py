@@ -1,6 +1,7 @@
 """Database: the tables (SQLAlchemy 2.0 models) and how sessions are made.
 
-Alembic owns the schema (`app/migrations`); these models are what it compares with.
+Alembic owns the schema (`alembic/`, run by `app.migrations`); these models are what it
+compares with.
 `Database` wraps one engine and its session factory:
 
 - `Database.unit_of_work()` — a session that commits once at the end (rolls back on

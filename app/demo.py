@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from app.config import Settings
 
 DEMO_ADMIN_KEY = "demo-admin-key-not-for-production-use"
@@ -54,7 +56,7 @@ def run_demo(data_dir: Path, rho: float = 1.0) -> int:
         upgrade_to_head(url)
         settings = Settings(
             database_url=url,
-            admin_key=DEMO_ADMIN_KEY,
+            admin_key=SecretStr(DEMO_ADMIN_KEY),
             env="development",
             workers_in_process=0,
             auto_migrate=False,

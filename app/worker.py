@@ -41,22 +41,17 @@ from app.db import Database, Job
 from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.services import datasets as dataset_service
-from app.services import fits, jobs
+from app.services import fits, jobs, mechanisms
 from app.services import measurements as measurement_service
+from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
-
-
-class LeaseLost(RuntimeError):
-    """Another worker holds this job now (our lease expired)."""
 
 
 def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
     if kind == "measure":
         return Worker.run_measurement
-    if kind in ("aim", "mwem"):
-        from app.services import mechanisms  # the workload-adaptive mechanisms
-
+    if kind in mechanisms.MECHANISMS:  # the workload-adaptive mechanisms
         return mechanisms.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
@@ -251,8 +246,7 @@ class Worker:
         domain = self.domain_of(job.dataset_id)
         self.progress(job, {"stage": "measuring"})
         with self.database.unit_of_work() as session:
-            if not jobs.holds_lease(session, job_id=job.id, owner=self.worker_id):
-                raise LeaseLost()
+            jobs.require_lease(session, job_id=job.id, owner=self.worker_id)
             drawn = measurement_service.measure_job(
                 session, job, self.columns_of(job.dataset_id), domain
             )

@@ -40,7 +40,8 @@ from app.migrations import upgrade_to_head
 
 ADMIN_KEY = "test-admin-key-" + "x" * 32
 POSTGRES_ENV = "PRIVQ_TEST_DATABASE_URL"
-SHARED_DATA_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+# Everything the tests read lives in tests/data (a slice of UCI Adult; see its README).
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
 requires_postgres = pytest.mark.skipif(
     not os.environ.get(POSTGRES_ENV), reason=f"{POSTGRES_ENV} is not set"
@@ -147,13 +148,16 @@ TINY_CSV = "sex,age\nF,23\nM,41\nF,67\nM,17\nF,30\n"
 
 
 def adult_slice(rows: int) -> bytes:
-    """The header and first `rows` records of ../shared/data/adult.csv."""
-    lines = (SHARED_DATA_DIR / "adult.csv").read_text().splitlines()[: rows + 1]
+    """The header and first `rows` records of tests/data/adult.csv (at most 6,000)."""
+    lines = (DATA_DIR / "adult.csv").read_text().splitlines()
+    if rows + 1 > len(lines):
+        raise ValueError(f"tests/data/adult.csv has {len(lines) - 1} records, not {rows}")
+    lines = lines[: rows + 1]
     return ("\n".join(lines) + "\n").encode()
 
 
 def adult_domain() -> dict[str, int]:
-    return json.loads((SHARED_DATA_DIR / "adult-domain.json").read_text())
+    return json.loads((DATA_DIR / "adult-domain.json").read_text())
 
 
 def job_row(database: Database, job_id: str) -> Job:

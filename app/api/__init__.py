@@ -2,7 +2,9 @@
 
 Start-up (the lifespan) upgrades the schema when `auto_migrate` is on (the embedded
 SQLite default), generates and prints the admin key if none is configured or stored,
-and starts the in-process workers; shutdown stops them and closes the pool.
+and starts the in-process workers through `start_workers` when it is given (`privq
+serve` passes `app.worker.start_embedded_workers`: the API never imports the worker);
+shutdown stops them and closes the pool.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ logger = logging.getLogger("privq.api")
 # Multipart framing and the small form fields around the CSV file.
 UPLOAD_ENVELOPE_BYTES = 1024 * 1024
 
+# Starts `count` workers beside the API; returns the function that stops them.
+WorkerStarter = Callable[[int, Settings], Callable[[], None]]
+
 
 def discover_routers() -> list[APIRouter]:
     """The `router` of every module in `app/api/routers/`: a new resource is a new file."""
@@ -53,7 +58,12 @@ def announce_admin_key(database: Database, settings: Settings) -> str | None:
     return admin_key
 
 
-def create_app(settings: Settings | None = None, *, database: Database | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    database: Database | None = None,
+    start_workers: WorkerStarter | None = None,
+) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level)
     database = database or Database.from_settings(settings)
@@ -67,10 +77,8 @@ def create_app(settings: Settings | None = None, *, database: Database | None = 
         announce_admin_key(database, settings)
         stop_workers: Callable[[], None] | None = None
         worker_count = settings.effective_workers_in_process
-        if worker_count > 0:
-            from app.worker import start_embedded_workers  # lazy: the worker is optional here
-
-            stop_workers = start_embedded_workers(worker_count, settings)
+        if worker_count > 0 and start_workers is not None:
+            stop_workers = start_workers(worker_count, settings)
         try:
             yield
         finally:

@@ -27,12 +27,12 @@ from __future__ import annotations
 import hmac
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
+from cachetools import TTLCache
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
@@ -123,6 +123,11 @@ class Principal:
     def is_admin(self) -> bool:
         return self.tenant is None
 
+    @property
+    def tenant_id(self) -> str | None:
+        """The tenant's id, or None for the admin (what services take as `tenant_id`)."""
+        return None if self.tenant is None else self.tenant.id
+
 
 @dataclass(frozen=True)
 class TenantSnapshot:
@@ -154,10 +159,12 @@ class TenantSnapshot:
 
 
 class TenantKeyCache:
-    """Key hash → tenant snapshot for `ttl_seconds`: a bounded, thread-safe LRU.
+    """Key hash → tenant snapshot for `ttl_seconds`: a bounded LRU (`cachetools.TTLCache`)
+    behind a lock, as the event loop and request threads share it.
 
     Only successful lookups are stored (see the module docstring for why a short
-    TTL is safe); `clock` is injectable for tests.
+    TTL is safe); an entry's time runs from when it was stored, not from its last use.
+    `clock` is injectable for tests.
     """
 
     def __init__(
@@ -169,37 +176,30 @@ class TenantKeyCache:
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_entries = max_entries
-        self.clock = clock
-        self._entries: OrderedDict[str, tuple[float, TenantSnapshot]] = OrderedDict()
+        self._entries: TTLCache[str, TenantSnapshot] = TTLCache(
+            maxsize=max_entries, ttl=ttl_seconds, timer=clock
+        )
         self._lock = threading.Lock()
 
     def get(self, key_hash: str) -> TenantSnapshot | None:
-        now = self.clock()
         with self._lock:
-            entry = self._entries.get(key_hash)
-            if entry is None:
+            try:
+                return self._entries[key_hash]
+            except KeyError:  # never stored, evicted or expired
                 return None
-            expires_at, snapshot = entry
-            if now >= expires_at:
-                del self._entries[key_hash]
-                return None
-            self._entries.move_to_end(key_hash)
-            return snapshot
 
     def put(self, key_hash: str, snapshot: TenantSnapshot) -> None:
-        expires_at = self.clock() + self.ttl_seconds
         with self._lock:
-            self._entries[key_hash] = (expires_at, snapshot)
-            self._entries.move_to_end(key_hash)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._entries[key_hash] = snapshot
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
 
     def __len__(self) -> int:
+        """Entries still valid now."""
         with self._lock:
+            self._entries.expire()
             return len(self._entries)
 
 

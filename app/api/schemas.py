@@ -158,3 +158,14 @@ class ErrorDetail(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorDetail
+
+
+# OpenAPI documentation of a route's other responses, as FastAPI's `responses=` takes it.
+Responses = dict[int | str, dict[str, Any]]
+
+NO_SUCH_DATASET = "No such dataset (or no grant on it)."
+
+
+def error_responses(descriptions: dict[int, str]) -> Responses:
+    """The error responses of a route: each status with its `ErrorOut` body and why."""
+    return {status: {"model": ErrorOut, "description": why} for status, why in descriptions.items()}

@@ -10,18 +10,26 @@ is claimable again; after `MAX_ATTEMPTS` claims it fails for good.
 A job that fails keeps its ρ spent if any noise was drawn for it (the measurement
 rows exist: they are releases); otherwise the ledger records a refund in the same
 transaction as the failure.
+
+`JobRunner` is what a job handler (a plain measurement, or a mechanism in
+`app.services.mechanisms`) needs from whoever runs it; `app.worker.Worker` is one.
+Services see the worker only through it, so they never import the worker.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord, utcnow
+from app.config import Settings
+from app.db import Database, Job, MeasurementRecord, utcnow
 from app.errors import NotFound
+from app.pgm.domain import Domain
 from app.services import ledger
 
 MAX_ATTEMPTS = 3
@@ -127,6 +135,39 @@ def renew(
 def holds_lease(session: Session, *, job_id: str, owner: str) -> bool:
     job = session.get(Job, job_id)
     return job is not None and job.status == "running" and job.lease_owner == owner
+
+
+class LeaseLost(RuntimeError):
+    """Another worker holds this job now (our lease expired)."""
+
+
+def require_lease(session: Session, *, job_id: str, owner: str) -> None:
+    """LeaseLost unless `owner` still holds the running job: checked before every write."""
+    if not holds_lease(session, job_id=job_id, owner=owner):
+        raise LeaseLost()
+
+
+class JobRunner(Protocol):
+    """What a job handler uses of the worker that runs it (`app.worker.Worker`)."""
+
+    database: Database
+    settings: Settings
+    worker_id: str
+
+    def check_lease(self) -> None:
+        """LeaseLost if the job's lease was lost since the last renewal."""
+
+    def progress(self, job: Job, update: dict[str, Any]) -> None:
+        """Record progress visible through GET /v1/jobs/{id} (LeaseLost if not ours)."""
+
+    def domain_of(self, dataset_id: str) -> Domain:
+        """The dataset's domain."""
+
+    def columns_of(self, dataset_id: str) -> Callable[[], dict[str, np.ndarray]]:
+        """A loader of the dataset's decoded columns (called only when needed)."""
+
+    def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
+        """The model version covering measurements up to `high_water`, fitting if needed."""
 
 
 def succeed(

@@ -18,13 +18,13 @@ import hashlib
 import json
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+from cachetools import LRUCache
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -169,7 +169,7 @@ def plan(
         chosen = float(scale)
         units = rho_units_ceil(exact_rho(noise_kind, chosen, k), field=scale_name)
     # OpenDP's own privacy map must agree that this is within what we charge.
-    per_marginal = noise.privacy_map(noise_kind, chosen)
+    per_marginal = noise.privacy_map(cast(noise.NoiseKind, noise_kind), chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
     if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
         raise RuntimeError("OpenDP's privacy map exceeds the charge; refusing to measure")
@@ -249,23 +249,21 @@ def true_marginal(
 
 
 class ColumnCache:
-    """A worker's decoded columns, per dataset (datasets never change once uploaded)."""
+    """A worker's decoded columns, per dataset (datasets never change once uploaded):
+    the `max_datasets` most recently used, in a `cachetools.LRUCache` behind a lock."""
 
     def __init__(self, max_datasets: int = 4) -> None:
-        self._columns: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
-        self._max = max_datasets
+        self._columns: LRUCache[str, dict[str, np.ndarray]] = LRUCache(maxsize=max_datasets)
         self._lock = threading.Lock()
 
     def get(self, session: Session, dataset_id: str) -> dict[str, np.ndarray]:
         with self._lock:
-            if dataset_id in self._columns:
-                self._columns.move_to_end(dataset_id)
-                return self._columns[dataset_id]
+            columns = self._columns.get(dataset_id)
+        if columns is not None:
+            return columns
         columns = dataset_service.load_columns(session, dataset_id)
         with self._lock:
             self._columns[dataset_id] = columns
-            while len(self._columns) > self._max:
-                self._columns.popitem(last=False)
         return columns
 
 
@@ -369,4 +367,5 @@ def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementR
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:
-    return unpack_column(record.values).tolist()
+    values: list[int] = unpack_column(record.values).tolist()
+    return values

@@ -21,10 +21,10 @@ Theorem 4 bounds, relative to that version, in the job's result.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from itertools import combinations
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -35,16 +35,23 @@ from app.ingest import unpack_column
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy.accounting import BudgetOverspent
-from app.privacy.mechanisms import MechanismOptions, Progress, Round, run_aim, run_mwem
+from app.privacy.mechanisms import (
+    MechanismOptions,
+    MechanismResult,
+    Progress,
+    Round,
+    run_aim,
+    run_mwem,
+)
 from app.services import datasets as dataset_service
-from app.services import fits, ledger
+from app.services import fits, jobs, ledger
 from app.services import measurements as measurement_service
+from app.services.jobs import JobRunner
 from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
 
-if TYPE_CHECKING:
-    from app.worker import Worker
-
-MECHANISMS = ("aim", "mwem")
+# Every workload-adaptive mechanism a job may run, by the name its route and job use.
+RUNNERS: dict[str, Callable[..., MechanismResult]] = {"aim": run_aim, "mwem": run_mwem}
+MECHANISMS = tuple(RUNNERS)
 MAX_WORKLOAD = 5000
 MAX_MWEM_ROUNDS = 1000
 # The mechanism runs on a hair less than the charge: its float bookkeeping allows a
@@ -197,7 +204,7 @@ def _round_details(round_: Round) -> dict[str, Any]:
     return details
 
 
-def run_job(worker: Worker, job: Job) -> dict[str, Any]:
+def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     """Run (or resume) the job's mechanism, then make the model version that covers it."""
     params = job.params
     domain = worker.domain_of(job.dataset_id)
@@ -221,12 +228,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
     def on_round(round_: Round) -> None:
         worker.check_lease()
         with worker.database.unit_of_work() as session:
-            from app.services import jobs
-
-            if not jobs.holds_lease(session, job_id=job.id, owner=worker.worker_id):
-                from app.worker import LeaseLost
-
-                raise LeaseLost()
+            jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
             measurement_service.store(
                 session,
                 dataset_id=job.dataset_id,
@@ -258,8 +260,7 @@ def run_job(worker: Worker, job: Job) -> dict[str, Any]:
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
     )
-    runner = run_aim if job.kind == "aim" else run_mwem
-    result = runner(
+    result = RUNNERS[job.kind](
         domain,
         true_marginal,
         rho,

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, Select, bindparam, exists, select
+from cachetools import LRUCache
+from sqlalchemy import Engine, bindparam, exists, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, load_only
-from sqlalchemy.sql.compiler import Compiled
 
 from app.db import Dataset, Grant, MeasurementRecord, ModelVersion
 from app.errors import Conflict, NotFound, PrivqError
@@ -37,6 +36,7 @@ from app.pgm.measurement import noise_variance
 from app.pgm.model import GraphicalModel
 from app.schema import DatasetSchema, parse_schema
 from app.services.bounds import BoundContext, load_context
+from app.services.precompiled import PrecompiledSelect
 
 # Deserialised versions kept per process. Versions of one dataset supersede each
 # other, so a few entries cover the datasets in active use; an Adult-sized model is
@@ -102,7 +102,8 @@ class LoadedModel:
 
 
 class ModelCache:
-    """A small thread-safe LRU of `LoadedModel`s keyed (dataset_id, version).
+    """The most recently used `LoadedModel`s keyed (dataset_id, version): a
+    `cachetools.LRUCache` behind a lock, shared by request and worker threads.
 
     Concurrent misses on one key load it once: the first caller loads while the
     others wait on that key's lock, then find it cached.
@@ -112,28 +113,22 @@ class ModelCache:
         if max_entries < 1:
             raise ValueError("a model cache holds at least one entry")
         self.max_entries = max_entries
-        self._entries: OrderedDict[tuple[str, int], LoadedModel] = OrderedDict()
+        self._entries: LRUCache[tuple[str, int], LoadedModel] = LRUCache(maxsize=max_entries)
         self._lock = threading.Lock()
         self._loading: dict[tuple[str, int], threading.Lock] = {}
         self.hits = 0
         self.misses = 0
 
     def get(self, dataset_id: str, version: int) -> LoadedModel | None:
-        key = (dataset_id, version)
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get((dataset_id, version))
             if entry is not None:
-                self._entries.move_to_end(key)
                 self.hits += 1
             return entry
 
     def put(self, entry: LoadedModel) -> None:
-        key = (entry.dataset_id, entry.version)
         with self._lock:
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._entries[(entry.dataset_id, entry.version)] = entry
 
     def get_or_load(
         self, dataset_id: str, version: int, load: Callable[[], LoadedModel]
@@ -361,52 +356,6 @@ _VISIBLE_LATEST_VERSION = select(Dataset.id, _LATEST_OF_DATASET).where(
 _VISIBLE_LATEST_VERSION_FOR_TENANT = _VISIBLE_LATEST_VERSION.where(
     exists().where(Grant.dataset_id == Dataset.id, Grant.tenant_id == bindparam("tenant_id"))
 )
-
-
-class PrecompiledSelect:
-    """One fixed SELECT, compiled once per dialect and run on the driver's own cursor.
-
-    For a single small read, SQLAlchemy's Session and Connection layers (begin events,
-    an explicit BEGIN/ROLLBACK, result objects) cost about ten times the query itself
-    on SQLite. A single statement needs no explicit transaction to be consistent: on
-    SQLite (privq's connections run in autocommit, `isolation_level=None`) it reads one
-    snapshot and takes no write lock; on PostgreSQL the driver's implicit transaction
-    is rolled back when the pool takes the connection back.
-    """
-
-    def __init__(self, statement: Select[Any]) -> None:
-        self.statement = statement
-        self._compiled: dict[tuple[type, str], tuple[str, Compiled]] = {}
-
-    def _for(self, engine: Engine) -> tuple[str, Compiled]:
-        dialect = engine.dialect
-        key = (type(dialect), dialect.paramstyle)
-        found = self._compiled.get(key)
-        if found is None:
-            compiled = self.statement.compile(dialect=dialect)
-            found = self._compiled[key] = (str(compiled), compiled)
-        return found
-
-    def first(self, engine: Engine, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The first row the statement returns with `params`, or None."""
-        sql, compiled = self._for(engine)
-        values = compiled.construct_params(params)
-        arguments: Any = (
-            tuple(values[name] for name in compiled.positiontup or ())
-            if compiled.positional
-            else values
-        )
-        connection = engine.raw_connection()
-        try:
-            cursor = connection.cursor()
-            try:
-                cursor.execute(sql, arguments)
-                row = cursor.fetchone()
-            finally:
-                cursor.close()
-        finally:
-            connection.close()  # back to the pool, which rolls back any transaction
-        return None if row is None else tuple(row)
 
 
 _VISIBLE_LATEST_VERSION_QUERY = PrecompiledSelect(_VISIBLE_LATEST_VERSION)

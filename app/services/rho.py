@@ -60,12 +60,13 @@ def rho_units_ceil(value: Fraction | Decimal | float, *, field: str = "rho") -> 
     elif isinstance(value, Decimal):
         exact = Fraction(_as_decimal(value, field))
     elif isinstance(value, (Fraction, int, Real)):
-        exact = Fraction(value)  # type: ignore[arg-type]
+        exact = Fraction(value)
     else:
         raise InvalidRequest(f"{field} must be a number")
     if exact <= 0:
         raise InvalidRequest(f"{field} must be positive")
-    return max(1, math.ceil(exact * UNITS_PER_RHO))
+    units: int = math.ceil(exact * UNITS_PER_RHO)
+    return max(1, units)
 
 
 def units_to_decimal(units: int) -> Decimal:

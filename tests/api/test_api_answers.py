@@ -423,9 +423,9 @@ def test_queries_refuse_malformed_bodies(client, world, body) -> None:
 def test_queries_too_wide_for_inference_are_422_with_cells_needed(
     client, world, monkeypatch
 ) -> None:
-    from app.services import answers
+    from app.services.answers import queries
 
-    monkeypatch.setattr(answers, "MAX_INFERENCE_CELLS", 12)
+    monkeypatch.setattr(queries, "MAX_INFERENCE_CELLS", 12)
     response = _post_queries(client, world, [{}, {"by": {"age": "value", "race": "value"}}])
     error = response.json()["error"]
     assert response.status_code == 422 and error["code"] == "query_too_large"

@@ -16,6 +16,7 @@ from app.api import deps
 from app.api.routers import answers as answers_router
 from app.db import Database
 from app.services import answers
+from app.services.answers import queries as answer_queries
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +48,10 @@ def threads(monkeypatch) -> dict[str, set[int]]:
     monkeypatch.setattr(answers, "marginal_json", spy("compute", answers.marginal_json))
     monkeypatch.setattr(answers, "count_result", spy("compute", answers.count_result))
     monkeypatch.setattr(answers, "answer_prepared", spy("compute", answers.answer_prepared))
+    # A large batch is prepared and answered together by `queries_answer`.
+    monkeypatch.setattr(
+        answer_queries, "answer_prepared", spy("compute", answer_queries.answer_prepared)
+    )
     return seen
 
 

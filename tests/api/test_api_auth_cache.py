@@ -121,4 +121,4 @@ def test_the_cache_is_bounded_and_evicts_the_least_recently_used() -> None:
     assert cache.get("b") is None
     assert cache.get("a") is not None and cache.get("c") is not None
     fake.now += TENANT_KEY_TTL_SECONDS
-    assert cache.get("a") is None and len(cache) == 1
+    assert cache.get("a") is None and cache.get("c") is None and len(cache) == 0

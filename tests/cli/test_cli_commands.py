@@ -72,3 +72,24 @@ def test_invalid_configuration_is_reported(monkeypatch, capsys) -> None:
     finally:
         get_settings.cache_clear()
     assert "PRIVQ_ADMIN_KEY" in capsys.readouterr().err
+
+
+def test_serve_starts_the_embedded_workers_through_the_api_lifespan(
+    env_database, monkeypatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    events: list[object] = []
+
+    def start_workers(count: int, _settings: object):
+        events.append(count)
+        return lambda: events.append("stopped")
+
+    def run(app, **_kwargs) -> None:
+        with TestClient(app):
+            assert events == [2]  # started by the lifespan, before any request
+
+    monkeypatch.setattr("app.worker.start_embedded_workers", start_workers)
+    monkeypatch.setattr("uvicorn.run", run)
+    assert main(["serve", "--workers-in-process", "2"]) == 0
+    assert events == [2, "stopped"]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA_DIR
 
 from app.ingest import (
     MAX_LINE_CHARS,
@@ -20,12 +19,6 @@ from app.ingest import (
     unpack_column,
 )
 from app.schema import DatasetSchema, parse_schema
-
-SHARED_DATA = Path(
-    os.environ.get(
-        "PRIVQ_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"
-    )
-)
 
 SCHEMA = parse_schema(
     {
@@ -286,8 +279,8 @@ def test_messages_never_contain_other_cells_of_the_row() -> None:
 
 
 def test_adult_first_rows_encode_to_the_csv_integer_codes() -> None:
-    csv_path = SHARED_DATA / "adult.csv"
-    domain_path = SHARED_DATA / "adult-domain.json"
+    csv_path = DATA_DIR / "adult.csv"
+    domain_path = DATA_DIR / "adult-domain.json"
     schema = parse_schema(domain_path.read_text())
     with csv_path.open("rb") as handle:
         head = b"".join(handle.readline() for _ in range(2001))
@@ -358,9 +351,9 @@ def test_larger_file_across_many_batches_matches_a_direct_encoding() -> None:
 def test_memo_of_parsed_cells_never_changes_the_codes(
     monkeypatch: pytest.MonkeyPatch, memo_capacity: int
 ) -> None:
-    import app.ingest
+    from app.ingest.columns import ColumnEncoder
 
-    monkeypatch.setattr(app.ingest._ColumnEncoder, "MEMO_CAPACITY", memo_capacity)
+    monkeypatch.setattr(ColumnEncoder, "MEMO_CAPACITY", memo_capacity)
     rng = np.random.default_rng(11)
     n = 3_000
     # Repeated spellings (memo hits), padded and float spellings, and unique values.

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
 
 from app.db import Base
-from app.migrations import check_models_match, upgrade_to_head
+from app.migrations import alembic_config, check_models_match, upgrade_to_head
 
 
 def test_upgrade_head_matches_models(empty_database_url: str) -> None:
@@ -21,3 +27,27 @@ def test_upgrade_head_matches_models(empty_database_url: str) -> None:
     # Upgrading again is a no-op, as every API start does on SQLite.
     upgrade_to_head(empty_database_url)
     check_models_match(empty_database_url)
+
+
+def test_alembic_command_upgrades_from_the_repository_root(tmp_path) -> None:
+    """`alembic upgrade head` in the root (alembic.ini, alembic/) migrates PRIVQ_DATABASE_URL."""
+    root = Path(__file__).resolve().parents[2]
+    url = f"sqlite:///{tmp_path / 'from-alembic.db'}"
+    env = {**os.environ, "PRIVQ_DATABASE_URL": url}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    heads = ScriptDirectory.from_config(alembic_config(url)).get_heads()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            applied = connection.execute(text("SELECT version_num FROM alembic_version")).scalars()
+            assert list(applied) == heads
+    finally:
+        engine.dispose()

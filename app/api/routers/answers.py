@@ -29,25 +29,19 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
-from app.api.schemas import ErrorOut, RequestBody
+from app.api.schemas import RequestBody, error_responses
 from app.services import answers
 from app.services import models as model_service
 from app.services.models import LoadedModel
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
 
-NOT_FOUND = {
-    404: {
-        "model": ErrorOut,
-        "description": "No such dataset (or no grant on it); or `no_model` before the first fit.",
-    }
-}
-INVALID = {
-    422: {
-        "model": ErrorOut,
-        "description": "The request names something the schema does not have, or is too large.",
-    }
-}
+NOT_FOUND = error_responses(
+    {404: "No such dataset (or no grant on it); or `no_model` before the first fit."}
+)
+INVALID = error_responses(
+    {422: "The request names something the schema does not have, or is too large."}
+)
 
 
 # Work answered on the event loop: at most this many cells in its largest intermediate
@@ -61,20 +55,16 @@ INLINE_MAX_QUERIES = 16
 Result = TypeVar("Result")
 
 
-def _tenant_id(principal: PrincipalDep) -> str | None:
-    return None if principal.tenant is None else principal.tenant.id
-
-
 def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
     """The visible latest version, loaded and calibrated (blocking: for worker threads)."""
-    return answers.visible_ready_model(database, dataset_id, tenant_id=_tenant_id(principal))
+    return answers.visible_ready_model(database, dataset_id, tenant_id=principal.tenant_id)
 
 
 async def _ready_model(
     request: Request, database: DatabaseDep, principal: PrincipalDep, dataset_id: str
 ) -> LoadedModel:
     """The visible latest version, checked on the loop when that is a local read."""
-    tenant_id = _tenant_id(principal)
+    tenant_id = principal.tenant_id
     engine = loop_read_engine(request)
     if engine is None:
         return await run_in_threadpool(_loaded_model, database, principal, dataset_id)

@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api.deps import PrincipalDep, ReadSessionDep
-from app.api.schemas import BudgetOut, ErrorOut, LedgerEntryOut
+from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
@@ -26,7 +26,7 @@ DEFAULT_DELTA = 1e-6
 @router.get(
     "/budget",
     response_model=BudgetOut,
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_budget(
     dataset_id: str,
@@ -64,13 +64,13 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_ledger(
     dataset_id: str, session: ReadSessionDep, principal: PrincipalDep
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return [
         LedgerEntryOut.of(entry)

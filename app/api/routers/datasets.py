@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, UploadFile, status
 
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
-from app.api.schemas import DatasetOut, ErrorOut
+from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
 
@@ -29,10 +29,12 @@ SCHEMA_EXAMPLE = json.dumps(
     status_code=status.HTTP_201_CREATED,
     response_model=DatasetOut,
     response_model_exclude_none=True,
-    responses={
-        413: {"model": ErrorOut, "description": "The file exceeds PRIVQ_MAX_UPLOAD_BYTES."},
-        422: {"model": ErrorOut, "description": "Bad schema, or a CSV value outside it."},
-    },
+    responses=error_responses(
+        {
+            413: "The file exceeds PRIVQ_MAX_UPLOAD_BYTES.",
+            422: "Bad schema, or a CSV value outside it.",
+        }
+    ),
 )
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
@@ -63,7 +65,7 @@ def upload_dataset(
         session,
         name=name,
         schema=dataset_schema,
-        stream=file.file,  # type: ignore[arg-type]
+        stream=file.file,
         rho_total_units=rho_total_units,
         max_bytes=settings.max_upload_bytes,
     )
@@ -73,7 +75,7 @@ def upload_dataset(
 @router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
 def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     return [
         DatasetOut.of(dataset, for_admin=principal.is_admin)
         for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
@@ -84,10 +86,10 @@ def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[Data
     "/{dataset_id}",
     response_model=DatasetOut,
     response_model_exclude_none=True,
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return DatasetOut.of(dataset, for_admin=principal.is_admin)

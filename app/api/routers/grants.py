@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
-from app.api.schemas import ErrorOut, GrantCreate, GrantOut
+from app.api.schemas import GrantCreate, GrantOut, error_responses
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -17,10 +17,12 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=GrantOut,
-    responses={
-        404: {"model": ErrorOut, "description": "No such dataset or tenant."},
-        409: {"model": ErrorOut, "description": "Grant exists, or rho_total would be exceeded."},
-    },
+    responses=error_responses(
+        {
+            404: "No such dataset or tenant.",
+            409: "Grant exists, or rho_total would be exceeded.",
+        }
+    ),
 )
 def create_grant(
     dataset_id: str, body: GrantCreate, session: SessionDep, _admin: AdminAuth

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
-from app.api.schemas import ErrorOut, RequestBody
+from app.api.schemas import NO_SUCH_DATASET, RequestBody, error_responses
 from app.db import Job
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
@@ -133,11 +133,13 @@ IdempotencyKey = Annotated[
     "/v1/datasets/{dataset_id}/measurements",
     status_code=status.HTTP_202_ACCEPTED,
     response_model=JobAccepted,
-    responses={
-        404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-        409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-        422: {"model": ErrorOut, "description": "Invalid marginals, noise, or model too large."},
-    },
+    responses=error_responses(
+        {
+            404: NO_SUCH_DATASET,
+            409: "Insufficient budget, or Idempotency-Key reused.",
+            422: "Invalid marginals, noise, or model too large.",
+        }
+    ),
 )
 def create_measurement(
     dataset_id: str,
@@ -183,11 +185,11 @@ def create_measurement(
 @router.get(
     "/v1/jobs/{job_id}",
     response_model=JobOut,
-    responses={404: {"model": ErrorOut, "description": "No such job (or not yours)."}},
+    responses=error_responses({404: "No such job (or not yours)."}),
 )
 def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         return JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id))
 
@@ -195,13 +197,13 @@ def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> Job
 @router.get(
     "/v1/datasets/{dataset_id}/measurements",
     response_model=list[MeasurementOut],
-    responses={404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."}},
+    responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def list_measurements(
     dataset_id: str, database: DatabaseDep, principal: PrincipalDep
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
-    tenant_id = None if principal.tenant is None else principal.tenant.id
+    tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
         return [

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, status
 from pydantic import ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
 from app.api.routers.measurements import IdempotencyKey, JobAccepted
-from app.api.schemas import ErrorOut, RequestBody
+from app.api.schemas import NO_SUCH_DATASET, RequestBody, error_responses
+from app.config import Settings
+from app.db import Tenant
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
 
-RESPONSES = {
-    404: {"model": ErrorOut, "description": "No such dataset (or no grant on it)."},
-    409: {"model": ErrorOut, "description": "Insufficient budget, or Idempotency-Key reused."},
-    422: {"model": ErrorOut, "description": "Invalid workload or options, or model too large."},
-}
+RESPONSES = error_responses(
+    {
+        404: NO_SUCH_DATASET,
+        409: "Insufficient budget, or Idempotency-Key reused.",
+        422: "Invalid workload or options, or model too large.",
+    }
+)
 
 
 class AimRequest(RequestBody):
@@ -49,56 +57,56 @@ class MwemRequest(AimRequest):
     rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
 
 
-def _submit(
-    kind: str,
-    dataset_id: str,
-    body: AimRequest,
+@dataclass(frozen=True)
+class Submission:
+    """What every mechanism route takes besides its body: the unit of work, the
+    settings, the paying tenant and the request's idempotency key."""
+
+    session: Session
+    settings: Settings
+    tenant: Tenant
+    idempotency_key: str | None
+
+    def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted:
+        job, charge = mechanism_service.submit(
+            self.session,
+            kind=kind,
+            tenant_id=self.tenant.id,
+            dataset_id=dataset_id,
+            settings=self.settings,
+            rho=body.rho,
+            workload=body.workload,
+            max_model_cells=body.max_model_cells,
+            rounds=getattr(body, "rounds", None),
+            idempotency_key=self.idempotency_key,
+            body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
+        )
+        return JobAccepted.of(job, charge)
+
+
+def _submission(
     session: SessionDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
-    idempotency_key: str | None,
-) -> JobAccepted:
-    job, charge = mechanism_service.submit(
-        session,
-        kind=kind,
-        tenant_id=tenant.id,
-        dataset_id=dataset_id,
-        settings=settings,
-        rho=body.rho,
-        workload=body.workload,
-        max_model_cells=body.max_model_cells,
-        rounds=getattr(body, "rounds", None),
-        idempotency_key=idempotency_key,
-        body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
-    )
-    return JobAccepted.of(job, charge)
+    idempotency_key: IdempotencyKey = None,
+) -> Submission:
+    return Submission(session, settings, tenant, idempotency_key)
+
+
+SubmissionDep = Annotated[Submission, Depends(_submission)]
 
 
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_aim(
-    dataset_id: str,
-    body: AimRequest,
-    session: SessionDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-) -> JobAccepted:
+def run_aim(dataset_id: str, body: AimRequest, submission: SubmissionDep) -> JobAccepted:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
-    return _submit("aim", dataset_id, body, session, settings, tenant, idempotency_key)
+    return submission.submit("aim", dataset_id, body)
 
 
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_mwem(
-    dataset_id: str,
-    body: MwemRequest,
-    session: SessionDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-) -> JobAccepted:
+def run_mwem(dataset_id: str, body: MwemRequest, submission: SubmissionDep) -> JobAccepted:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
-    return _submit("mwem", dataset_id, body, session, settings, tenant, idempotency_key)
+    return submission.submit("mwem", dataset_id, body)

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from sqlalchemy import text
 
 from app.api.deps import DatabaseDep
-from app.api.schemas import ErrorOut, HealthOut
+from app.api.schemas import HealthOut, error_responses
 from app.errors import ServiceUnavailable
 from app.metrics import CONTENT_TYPE, render_latest
 
@@ -16,7 +16,7 @@ router = APIRouter(tags=["operations"])
 @router.get(
     "/healthz",
     response_model=HealthOut,
-    responses={503: {"model": ErrorOut, "description": "The database is unreachable."}},
+    responses=error_responses({503: "The database is unreachable."}),
 )
 def healthz(database: DatabaseDep) -> HealthOut:
     """200 when the database answers."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
-from app.api.schemas import ErrorOut, TenantCreate, TenantCreated, TenantOut
+from app.api.schemas import TenantCreate, TenantCreated, TenantOut, error_responses
 from app.services import tenants as tenant_service
 
 router = APIRouter(prefix="/v1/tenants", tags=["tenants (admin)"])
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1/tenants", tags=["tenants (admin)"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TenantCreated,
-    responses={409: {"model": ErrorOut, "description": "A tenant with this name exists."}},
+    responses=error_responses({409: "A tenant with this name exists."}),
 )
 def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) -> TenantCreated:
     """Create a tenant. The response holds its API key; it is never shown again."""

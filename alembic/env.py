@@ -1,10 +1,15 @@
-"""Alembic environment: metadata from `app.db`, URL from the config set in code."""
+"""Alembic environment: metadata from `app.db`; the URL set in code by `app.migrations`
+(`privq migrate`, start-up upgrades, tests), else privq's own setting
+(`PRIVQ_DATABASE_URL`) when the `alembic` command runs from the repository root."""
 
 from __future__ import annotations
+
+from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import text
 
+from app.config import get_settings
 from app.db import Base, make_engine
 
 # Any constant: all privq migrators on one PostgreSQL database queue on this lock.
@@ -12,11 +17,17 @@ MIGRATION_ADVISORY_LOCK_ID = 0x70726976  # "priv"
 
 config = context.config
 target_metadata = Base.metadata
+if config.config_file_name is not None:  # the `alembic` command with alembic.ini
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+
+def database_url() -> str:
+    return config.get_main_option("sqlalchemy.url") or get_settings().database_url
 
 
 def run_migrations_offline() -> None:
     context.configure(
-        url=config.get_main_option("sqlalchemy.url"),
+        url=database_url(),
         target_metadata=target_metadata,
         literal_binds=True,
         compare_type=True,
@@ -27,9 +38,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    url = config.get_main_option("sqlalchemy.url")
-    assert url is not None
-    engine = make_engine(url)
+    engine = make_engine(database_url())
     try:
         with engine.connect() as connection:
             is_sqlite = connection.dialect.name == "sqlite"

@@ -1,110 +1,28 @@
-"""Dataset schema: the public domain of every attribute, as the curator declares it.
-
-The schema — not the data — fixes each attribute's codes (DESIGN.md, privacy model):
-- ``categorical``: an ordered list of string values; code i is ``values[i]``.
-- ``numeric``: bin edges e_0 < e_1 < … < e_k; code i is the half-open bin
-  [e_i, e_{i+1}), except the last bin [e_{k-1}, e_k], which is closed. With ``clip``,
-  values below e_0 (or above e_k) are clamped to that edge, so they count in the
-  first (or last) bin.
-- ``integer``: codes 0..size-1 written as integers in the CSV (the plain size-map
-  form ``{"age": 85}`` of API.md, as in ``adult-domain.json``).
-
-`parse_schema` accepts both JSON forms of API.md and validates strictly; every
-`SchemaError` names the attribute and what is wrong. `DatasetSchema.to_json` gives the
-canonical full form, which `parse_schema` reads back to an equal schema.
-
-Query helpers (`Attribute.encode_labels`, `Attribute.codes_in_range`) translate
-values given in the original terms into codes. A numeric range must not cut a bin:
-``ge`` and ``lt`` must each fall on a bin edge (or outside the edges), because the
-data inside a bin is not known to the model; the error names the edges, which are
-public.
-"""
+"""`Attribute`: one attribute's public codes, checked when built, and the translations
+between them and a request's own terms (labels, values, ranges)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from app.pgm.domain import Domain
-
-AttributeKind = Literal["categorical", "numeric", "integer"]
-ATTRIBUTE_KINDS: tuple[str, ...] = ("categorical", "numeric", "integer")
-
-# Limits that keep one schema reasonable to store, show and model; cell limits of
-# marginals and models are enforced elsewhere (settings).
-MAX_ATTRIBUTES = 256
-MAX_ATTRIBUTE_SIZE = 1_000_000
-MAX_NAME_LENGTH = 128
-MAX_VALUE_LENGTH = 1_000
-# Attribute names appear in query strings such as `attrs=age,sex` and `where=sex:F,M`,
-# so they may not contain the separators of those forms.
-FORBIDDEN_NAME_CHARACTERS = frozenset(",:")
-
-_ALLOWED_KEYS: dict[str, frozenset[str]] = {
-    "categorical": frozenset({"name", "type", "values"}),
-    "numeric": frozenset({"name", "type", "bins", "clip"}),
-    "integer": frozenset({"name", "type", "size", "clip"}),
-}
-_REQUIRED_KEY = {"categorical": "values", "numeric": "bins", "integer": "size"}
-
-
-class SchemaError(ValueError):
-    """A schema, or a query's use of it, that the schema does not admit."""
-
-
-def _quote(text: str, limit: int = 40) -> str:
-    """A short, printable rendering of a (possibly long) string for messages."""
-    shown = text if len(text) <= limit else text[: limit - 1] + "…"
-    return repr(shown)
-
-
-def format_number(x: float) -> str:
-    """Bin edges as people write them: 18 rather than 18.0, 0.5 as 0.5."""
-    if float(x).is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return repr(float(x))
-
-
-def _is_valid_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates, e.g. from JSON "\udc80"
-        return False
-    return True
-
-
-def _check_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise SchemaError(f"attribute name must be a string, got {type(name).__name__}")
-    if not name:
-        raise SchemaError("attribute name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise SchemaError(
-            f"attribute name {_quote(name)} is longer than {MAX_NAME_LENGTH} characters"
-        )
-    if name != name.strip():
-        raise SchemaError(f"attribute name {_quote(name)} has leading or trailing whitespace")
-    bad = sorted(FORBIDDEN_NAME_CHARACTERS.intersection(name))
-    if bad:
-        raise SchemaError(
-            f"attribute name {_quote(name)} contains {', '.join(map(repr, bad))}, "
-            "which query strings use as separators"
-        )
-    if not name.isprintable() or not _is_valid_unicode(name):
-        raise SchemaError(f"attribute name {_quote(name)} contains unprintable characters")
-    return name
-
-
-def _is_real_number(x: object) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
-        x, (bool, np.bool_)
-    )
+from app.schema.rules import (
+    ATTRIBUTE_KINDS,
+    MAX_ATTRIBUTE_SIZE,
+    MAX_VALUE_LENGTH,
+    AttributeKind,
+    SchemaError,
+    check_name,
+    format_number,
+    is_real_number,
+    is_valid_unicode,
+    quote,
+)
 
 
 @dataclass(frozen=True)
@@ -141,7 +59,7 @@ class Attribute:
         return cls(name=name, kind="integer", integer_size=size, clip=clip)
 
     def __post_init__(self) -> None:
-        _check_name(self.name)
+        check_name(self.name)
         where = f"attribute {self.name!r}"
         if self.kind not in ATTRIBUTE_KINDS:
             raise SchemaError(
@@ -175,17 +93,17 @@ class Attribute:
                 )
             if value != value.strip():
                 raise SchemaError(
-                    f"{where}: value {_quote(value)} has leading or trailing whitespace "
+                    f"{where}: value {quote(value)} has leading or trailing whitespace "
                     "(CSV cells are stripped, so it could never match)"
                 )
             if len(value) > MAX_VALUE_LENGTH:
                 raise SchemaError(
-                    f"{where}: value {_quote(value)} is longer than {MAX_VALUE_LENGTH} characters"
+                    f"{where}: value {quote(value)} is longer than {MAX_VALUE_LENGTH} characters"
                 )
-            if not _is_valid_unicode(value):
+            if not is_valid_unicode(value):
                 raise SchemaError(f"{where}: value {position} is not valid Unicode")
             if value in seen:
-                raise SchemaError(f"{where}: duplicate value {_quote(value)}")
+                raise SchemaError(f"{where}: duplicate value {quote(value)}")
             seen.add(value)
 
     def _check_numeric(self, where: str) -> None:
@@ -283,7 +201,7 @@ class Attribute:
         for label in labels:
             code = self._label_code(label, lookup)
             if code is None:
-                unknown.append(_quote(str(label)))
+                unknown.append(quote(str(label)))
             else:
                 codes.append(code)
         if unknown:
@@ -301,9 +219,12 @@ class Attribute:
         # integer codes: 3, "3", 3.0
         if isinstance(label, (bool, np.bool_)):
             return None
-        integral_float = isinstance(label, (float, np.floating)) and float(label).is_integer()
-        if isinstance(label, (int, np.integer)) or integral_float:
-            code = int(label)  # type: ignore[arg-type]
+        if isinstance(label, (int, np.integer)):
+            code = int(label)
+        elif isinstance(label, (float, np.floating)):
+            if not float(label).is_integer():
+                return None
+            code = int(label)
         elif isinstance(label, str):
             try:
                 code = int(label)
@@ -323,7 +244,7 @@ class Attribute:
         clamped to. A range that lies outside the edges selects no codes.
         """
         for bound_name, bound in (("ge", ge), ("lt", lt)):
-            if bound is not None and (not _is_real_number(bound) or math.isnan(float(bound))):
+            if bound is not None and (not is_real_number(bound) or math.isnan(float(bound))):
                 raise SchemaError(
                     f"attribute {self.name!r}: range bound {bound_name} must be a number"
                 )
@@ -377,185 +298,3 @@ class Attribute:
             bins = [int(e) if e.is_integer() and abs(e) < 2**53 else e for e in self.bins or ()]
             return {"name": self.name, "type": "numeric", "bins": bins, "clip": self.clip}
         return {"name": self.name, "type": "integer", "size": self.size, "clip": self.clip}
-
-
-@dataclass(frozen=True)
-class DatasetSchema:
-    """The ordered attributes of a dataset; its order is the domain's order."""
-
-    attributes: tuple[Attribute, ...]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.attributes, tuple) or not all(
-            isinstance(a, Attribute) for a in self.attributes
-        ):
-            raise SchemaError("attributes must be a tuple of Attribute")
-        if not self.attributes:
-            raise SchemaError("schema has no attributes")
-        if len(self.attributes) > MAX_ATTRIBUTES:
-            raise SchemaError(
-                f"schema has {len(self.attributes)} attributes; "
-                f"at most {MAX_ATTRIBUTES} are allowed"
-            )
-        seen: set[str] = set()
-        for attribute in self.attributes:
-            if attribute.name in seen:
-                raise SchemaError(f"duplicate attribute name {attribute.name!r}")
-            seen.add(attribute.name)
-
-    @cached_property
-    def _by_name(self) -> dict[str, Attribute]:
-        return {a.name: a for a in self.attributes}
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.attributes)
-
-    def attribute(self, name: str) -> Attribute:
-        try:
-            return self._by_name[name]
-        except (KeyError, TypeError):
-            raise SchemaError(f"unknown attribute {_quote(str(name))}") from None
-
-    def domain(self) -> Domain:
-        return Domain(self.names, tuple(a.size for a in self.attributes))
-
-    def to_json(self) -> dict[str, Any]:
-        """Canonical full form (API.md); `parse_schema` reads it back to an equal schema."""
-        return {"attributes": [a.to_json() for a in self.attributes]}
-
-
-# -- parsing ----------------------------------------------------------------------------
-
-
-def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise SchemaError(f"duplicate key {_quote(key)} in schema JSON")
-        result[key] = value
-    return result
-
-
-def parse_schema(obj: object) -> DatasetSchema:
-    """Read either schema form of API.md (a dict, or its JSON text) and validate it.
-
-    Full form: ``{"attributes": [{"name", "type": "categorical", "values": [...]},
-    {"name", "type": "numeric", "bins": [...], "clip"?}, {"name", "type": "integer",
-    "size", "clip"?}, ...]}``. Size map: ``{"age": 85, "sex": 2}`` (integer codes).
-    Pass the JSON text when you have it: only then are duplicate keys detected.
-    """
-    if isinstance(obj, (bytes, bytearray)):
-        try:
-            obj = bytes(obj).decode("utf-8")
-        except UnicodeDecodeError:
-            raise SchemaError("schema is not valid UTF-8") from None
-    if isinstance(obj, str):
-        try:
-            obj = json.loads(obj, object_pairs_hook=_pairs_without_duplicates)
-        except json.JSONDecodeError as exc:
-            raise SchemaError(
-                f"schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            ) from None
-    if not isinstance(obj, Mapping):
-        raise SchemaError(
-            'schema must be a JSON object: {"attributes": [...]} or a size map {"age": 85, ...}'
-        )
-    if "attributes" in obj and isinstance(obj["attributes"], list):
-        unknown = sorted(set(obj) - {"attributes"})
-        if unknown:
-            raise SchemaError(
-                f"unknown schema key(s) {', '.join(map(_quote, unknown))}; the full form has only "
-                '"attributes"'
-            )
-        entries = obj["attributes"]
-        if len(entries) > MAX_ATTRIBUTES:
-            raise SchemaError(
-                f"schema has {len(entries)} attributes; at most {MAX_ATTRIBUTES} are allowed"
-            )
-        return DatasetSchema(tuple(_parse_attribute(i, e) for i, e in enumerate(entries)))
-    return _parse_size_map(obj)
-
-
-def _parse_size_map(sizes: Mapping[Any, Any]) -> DatasetSchema:
-    if not sizes:
-        raise SchemaError("schema has no attributes")
-    if len(sizes) > MAX_ATTRIBUTES:
-        raise SchemaError(
-            f"schema has {len(sizes)} attributes; at most {MAX_ATTRIBUTES} are allowed"
-        )
-    attributes = []
-    for name, size in sizes.items():
-        _check_name(name)
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise SchemaError(
-                f"attribute {name!r}: size must be a positive integer, got {_json_type(size)} "
-                '(a size map is {"name": size, ...}; or use {"attributes": [...]})'
-            )
-        attributes.append(Attribute.integer(name, size))
-    return DatasetSchema(tuple(attributes))
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (int, float)):
-        return f"the number {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
-
-
-def _parse_attribute(position: int, entry: object) -> Attribute:
-    if not isinstance(entry, Mapping):
-        raise SchemaError(f"attribute {position} must be an object, got {_json_type(entry)}")
-    if "name" not in entry:
-        raise SchemaError(f"attribute {position} has no name")
-    name = _check_name(entry["name"])
-    where = f"attribute {name!r}"
-    kind = entry.get("type")
-    if kind not in ATTRIBUTE_KINDS:
-        raise SchemaError(
-            f"{where}: type must be one of {', '.join(map(repr, ATTRIBUTE_KINDS))}, got "
-            f"{_json_type(kind) if not isinstance(kind, str) else repr(kind)}"
-        )
-    allowed = _ALLOWED_KEYS[kind]
-    unknown = sorted(set(entry) - allowed)
-    if unknown:
-        raise SchemaError(
-            f"{where}: unknown key(s) {', '.join(map(_quote, map(str, unknown)))} for a {kind} "
-            f"attribute (allowed: {', '.join(sorted(allowed))})"
-        )
-    required = _REQUIRED_KEY[kind]
-    if required not in entry:
-        raise SchemaError(f"{where}: a {kind} attribute needs {required!r}")
-    clip = entry.get("clip", False)
-    if not isinstance(clip, bool):
-        raise SchemaError(f"{where}: clip must be true or false, got {_json_type(clip)}")
-    if kind == "categorical":
-        values = entry["values"]
-        if not isinstance(values, list):
-            raise SchemaError(
-                f"{where}: values must be a list of strings, got {_json_type(values)}"
-            )
-        return Attribute.categorical(name, values)
-    if kind == "numeric":
-        bins = entry["bins"]
-        if not isinstance(bins, list):
-            raise SchemaError(f"{where}: bins must be a list of numbers, got {_json_type(bins)}")
-        for edge_position, edge in enumerate(bins):
-            if not _is_real_number(edge):
-                raise SchemaError(
-                    f"{where}: bin edge {edge_position} must be a number, got {_json_type(edge)}"
-                )
-        return Attribute.numeric(name, bins, clip=clip)
-    size = entry["size"]
-    if not isinstance(size, int) or isinstance(size, bool):
-        raise SchemaError(f"{where}: size must be a positive integer, got {_json_type(size)}")
-    return Attribute.integer(name, size, clip=clip)

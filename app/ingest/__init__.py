@@ -1,0 +1,50 @@
+"""Streaming CSV ingest: a curator's CSV, read incrementally, encoded into schema codes.
+
+`encode_csv` reads a binary stream once, in small batches of rows, and turns each
+column into the attribute's integer codes (`app.schema`); only the compact code arrays
+are kept. `pack_column` / `unpack_column` turn one code array into a compressed blob
+for durable storage and back.
+
+Modules: `reading` (CSV parsing: bytes → records), `columns` (encoding: cells →
+codes), `table` (`encode_csv`, which drives both and decides refusals), `errors`
+(`IngestError`) and `packing` (storage). This package gathers their public names.
+
+What the file must look like (every refusal is an `IngestError` with an HTTP status):
+- UTF-8, with or without a byte-order mark; a header row naming every schema
+  attribute exactly once, in any order; no other columns (``bad_header``). Header
+  names are stripped of surrounding whitespace.
+- Every record has as many fields as the header (``bad_csv``, with its line number);
+  RFC 4180 quoting; completely empty lines are skipped. A physical line may not be
+  longer than `MAX_LINE_CHARS` characters nor a field than csv's field limit.
+- Cells are stripped of surrounding whitespace, then: categorical — exactly one of
+  the schema's values; numeric — a decimal number (also "1e3", "inf" when clipped;
+  never "nan" or an empty cell) in [e_0, e_k], or clamped into the first/last bin when
+  the attribute has ``clip``; integer — an integer in 0..size-1, written "3" or, from
+  float exports, "3.0" ("3.5" is refused), clamped when the attribute has ``clip``.
+  Anything else is ``value_out_of_schema``: the first offending column (leftmost in
+  the earliest offending line) and its first lines, up to 10; the message may quote
+  that first bad cell (truncated) and never any other cell.
+- At least one data row (``empty_file``); at most `max_bytes` bytes (``too_large``,
+  raised as soon as the limit is passed).
+Line numbers are 1-based physical lines of the file; the header is line 1. When
+several problems exist, the first in file order is reported (``too_large`` always
+wins: reading stops there).
+"""
+
+from app.ingest.columns import code_dtype
+from app.ingest.errors import MAX_REPORTED_LINES, IngestError
+from app.ingest.packing import pack_column, unpack_column
+from app.ingest.reading import MAX_LINE_CHARS
+from app.ingest.table import DEFAULT_CHUNK_ROWS, EncodedTable, encode_csv
+
+__all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "MAX_LINE_CHARS",
+    "MAX_REPORTED_LINES",
+    "EncodedTable",
+    "IngestError",
+    "code_dtype",
+    "encode_csv",
+    "pack_column",
+    "unpack_column",
+]

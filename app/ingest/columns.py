@@ -1,0 +1,182 @@
+"""Cell encoding: one column's cells (strings) → the attribute's integer codes.
+
+Categorical cells are looked up (padded cells by their stripped value); numeric cells
+are parsed and binned; integer cells are parsed as codes ("3" or "3.0", never "3.5").
+-1 marks a cell outside the schema, which `ColumnEncoder.explain` describes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.ingest.errors import quote_cell
+from app.schema import Attribute, format_number
+
+
+def code_dtype(size: int) -> np.dtype:
+    """Smallest unsigned integer dtype that holds codes 0..size-1."""
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if size - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.uint64)
+
+
+class StrippingLookup(dict[str, int]):
+    """value -> code for a categorical column; padded cells resolve by their stripped value.
+
+    A miss that strips to a known value is remembered (bounded), so a file that pads
+    every cell pays for stripping once per distinct spelling.
+    """
+
+    _MAX_REMEMBERED = 10_000
+
+    def __init__(self, values: tuple[str, ...]) -> None:
+        super().__init__((value, code) for code, value in enumerate(values))
+        self._room = self._MAX_REMEMBERED
+
+    def __missing__(self, cell: str) -> int:
+        code = self.get(cell.strip(), -1)
+        if code >= 0 and self._room > 0:
+            self[cell] = code
+            self._room -= 1
+        return code
+
+
+_MISS = -2  # memo marker: the cell's code is not remembered yet
+
+
+class _Memo(dict[str, int]):
+    """cell -> code of a numeric or integer column, for cells already parsed once."""
+
+    def __missing__(self, cell: str) -> int:
+        return _MISS
+
+
+class ColumnEncoder:
+    """Turns one column's cells (a tuple of str) into codes; -1 marks a bad cell.
+
+    Numeric and integer columns usually repeat a few thousand spellings ("39",
+    "40.5"): a bounded memo answers those by dict lookup and parses only new ones
+    (vectorised, so the result is the same either way). A column whose cells keep
+    missing the memo once it is full is parsed without it.
+    """
+
+    MEMO_CAPACITY = 8192
+    MEMO_GIVE_UP_MISS_FRACTION = 0.3
+
+    def __init__(self, attribute: Attribute) -> None:
+        self.attribute = attribute
+        self.size = attribute.size
+        self.dtype = code_dtype(self.size)
+        self._memo: _Memo | None = None
+        if attribute.kind == "categorical":
+            assert attribute.values is not None
+            self._lookup = StrippingLookup(attribute.values)
+        else:
+            self._memo = _Memo()
+        if attribute.kind == "numeric":
+            assert attribute.bins is not None
+            self._edges = np.asarray(attribute.bins, dtype=np.float64)
+
+    def encode(self, cells: tuple[str, ...]) -> np.ndarray:
+        """int64 codes, -1 where the cell is outside the schema."""
+        if self.attribute.kind == "categorical":
+            return np.fromiter(map(self._lookup.__getitem__, cells), np.int64, len(cells))
+        memo = self._memo
+        if memo is None:
+            return self._parse(cells)
+        codes = np.fromiter(map(memo.__getitem__, cells), np.int64, len(cells))
+        missed_rows = np.flatnonzero(codes == _MISS)
+        if missed_rows.size:
+            missed_cells = [cells[row] for row in missed_rows.tolist()]
+            fresh = self._parse(tuple(missed_cells))
+            codes[missed_rows] = fresh
+            room = self.MEMO_CAPACITY - len(memo)
+            if room > 0:
+                memo.update(zip(missed_cells[:room], fresh[:room].tolist(), strict=True))
+            elif missed_rows.size > self.MEMO_GIVE_UP_MISS_FRACTION * len(cells):
+                self._memo = None
+        return codes
+
+    def _parse(self, cells: tuple[str, ...]) -> np.ndarray:
+        if self.attribute.kind == "numeric":
+            return self._encode_numeric(cells)
+        return self._encode_integer(cells)
+
+    def _encode_numeric(self, cells: tuple[str, ...]) -> np.ndarray:
+        try:
+            # float() itself ignores surrounding whitespace.
+            x = np.fromiter(map(float, cells), np.float64, len(cells))
+        except ValueError:
+            x = np.fromiter(map(float_or_nan, cells), np.float64, len(cells))
+        edges = self._edges
+        last_bin = len(edges) - 2
+        codes = np.searchsorted(edges, x, side="right").astype(np.int64) - 1
+        codes[x == edges[-1]] = last_bin  # the last bin is closed
+        if self.attribute.clip:
+            np.clip(codes, 0, last_bin, out=codes)
+        else:
+            codes[(codes < 0) | (codes > last_bin)] = -1
+        codes[np.isnan(x)] = -1  # NaN and unparsable cells have no bin, clipped or not
+        return codes
+
+    def _encode_integer(self, cells: tuple[str, ...]) -> np.ndarray:
+        try:
+            codes = np.fromiter(map(int, cells), np.int64, len(cells))
+        except (ValueError, OverflowError):
+            codes = np.fromiter(map(integer_or_none_marker, cells), np.int64, len(cells))
+            unparsable = codes == NOT_AN_INTEGER
+        else:
+            unparsable = None
+        if self.attribute.clip:
+            np.clip(codes, 0, self.size - 1, out=codes)
+        else:
+            codes[(codes < 0) | (codes >= self.size)] = -1
+        if unparsable is not None:
+            codes[unparsable] = -1
+        return codes
+
+    def explain(self, cell: str) -> str:
+        """Why one cell is outside the schema (quoting the cell unless undecodable)."""
+        quoted = quote_cell(cell) or "a value"
+        attribute = self.attribute
+        if attribute.kind == "categorical":
+            return f"{quoted} is not one of the schema's {self.size} values"
+        if attribute.kind == "numeric":
+            x = float_or_nan(cell)
+            lo, hi = format_number(self._edges[0]), format_number(self._edges[-1])
+            if np.isnan(x):
+                return (
+                    f"{quoted} is not a number"
+                    if cell.strip().lower() != "nan"
+                    else f"{quoted} has no bin"
+                )
+            return f"{quoted} is outside the bins [{lo}, {hi}]"
+        value = integer_or_none_marker(cell)
+        if value == NOT_AN_INTEGER:
+            return f"{quoted} is not an integer"
+        return f"{quoted} is not an integer code in 0..{self.size - 1}"
+
+
+def float_or_nan(cell: str) -> float:
+    try:
+        return float(cell)
+    except ValueError:
+        return float("nan")
+
+
+# Out of every code range and of int64-safe parsing: marks a cell that is no integer.
+NOT_AN_INTEGER = -(2**62)
+
+
+def integer_or_none_marker(cell: str) -> int:
+    try:
+        value = int(cell)
+    except ValueError:
+        x = float_or_nan(cell)
+        # "3.0" and "3e0" from float exports are the integer 3; "3.5", "nan", "inf" are not.
+        if not np.isfinite(x) or not x.is_integer():
+            return NOT_AN_INTEGER
+        value = int(x)
+    # Far-out values only need to stay out of range, within int64.
+    return max(min(value, 2**62), -(2**62) + 1)

@@ -1,0 +1,39 @@
+"""Why an upload is refused: `IngestError` (a code and an HTTP status), and how a bad
+cell may be quoted in its message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.schema.rules import is_valid_unicode, quote
+
+MAX_REPORTED_LINES = 10
+QUOTED_CELL_CHARS = 40
+
+_STATUS = {
+    "empty_file": 422,
+    "bad_csv": 422,
+    "bad_header": 422,
+    "value_out_of_schema": 422,
+    "too_large": 413,
+}
+
+
+class IngestError(ValueError):
+    """An upload refused: `code` says which rule, `status` is the HTTP status to answer."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = _STATUS[code]
+        self.message = message
+        self.details = details or {}
+
+
+def quote_cell(cell: str) -> str | None:
+    """The bad cell as it may appear in a message, or None if it is not valid UTF-8."""
+    return None if has_undecodable_bytes(cell) else quote(cell, QUOTED_CELL_CHARS)
+
+
+def has_undecodable_bytes(text: str) -> bool:
+    return not is_valid_unicode(text)  # surrogate-escaped bytes

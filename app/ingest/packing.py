@@ -1,0 +1,39 @@
+"""Storage of one code array: a compressed blob with a dtype and length header, and back."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+_PACK_MAGIC = b"PQC1"
+_PACK_HEADER = struct.Struct("<4s8sQ")  # magic, dtype string (e.g. "<u1", padded), length
+
+
+def pack_column(codes: np.ndarray) -> bytes:
+    """One 1-D integer code array as a compressed blob with a dtype and length header."""
+    codes = np.asarray(codes)
+    if codes.ndim != 1 or codes.dtype.kind not in "ui":
+        raise ValueError("pack_column takes a 1-D integer array")
+    little = codes.astype(codes.dtype.newbyteorder("<"), copy=False)
+    dtype_text = little.dtype.str.encode("ascii")
+    header = _PACK_HEADER.pack(_PACK_MAGIC, dtype_text, len(little))
+    return header + zlib.compress(little.tobytes(), 6)
+
+
+def unpack_column(blob: bytes) -> np.ndarray:
+    """The code array `pack_column` stored, same dtype and length (native byte order)."""
+    if len(blob) < _PACK_HEADER.size:
+        raise ValueError("not a packed column (too short)")
+    magic, dtype_text, length = _PACK_HEADER.unpack_from(blob)
+    if magic != _PACK_MAGIC:
+        raise ValueError("not a packed column (bad magic)")
+    try:
+        dtype = np.dtype(dtype_text.rstrip(b"\0").decode("ascii"))
+        raw = zlib.decompress(blob[_PACK_HEADER.size :])
+    except (TypeError, UnicodeDecodeError, zlib.error) as exc:
+        raise ValueError(f"packed column is corrupt ({exc})") from None
+    if len(raw) != length * dtype.itemsize:
+        raise ValueError("packed column is corrupt (length mismatch)")
+    return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="))

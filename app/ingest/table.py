@@ -1,0 +1,172 @@
+"""The encoder: a CSV stream → an `EncodedTable` of code arrays, or the first refusal.
+
+Records are read in batches (`app.ingest.reading`) and each column is encoded as a
+whole (`app.ingest.columns`). The first bad cell in file order decides the refusal;
+further bad lines of the same column are collected (up to `MAX_REPORTED_LINES`).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from app.ingest.columns import ColumnEncoder
+from app.ingest.errors import MAX_REPORTED_LINES, IngestError, has_undecodable_bytes
+from app.ingest.reading import csv_records, read_batches, read_header
+from app.schema import DatasetSchema
+
+# Rows per vectorised step. Small batches keep the freshly parsed strings in the CPU
+# cache while they are transposed and encoded; 64k-row batches measured ~3x slower.
+DEFAULT_CHUNK_ROWS = 2048
+
+
+@dataclass
+class EncodedTable:
+    """The encoded dataset: row count and one code array per attribute, schema order."""
+
+    rows: int
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class _Offence:
+    """The first offending column and the lines found so far."""
+
+    file_column: int
+    encoder: ColumnEncoder
+    first_cell: str
+    lines: list[int] = field(default_factory=list)
+
+
+def encode_csv(
+    stream: BinaryIO,
+    schema: DatasetSchema,
+    *,
+    max_bytes: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> EncodedTable:
+    """Read a CSV (with header) from a binary stream and encode it by `schema`.
+
+    Reads incrementally and keeps only the code arrays (one unsigned array per
+    attribute, the smallest dtype that fits). Raises `IngestError`; the stream is
+    left open.
+    """
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be at least 1")
+    with csv_records(stream, max_bytes) as reader:
+        file_columns = read_header(reader, schema)
+        return _encode_rows(reader, schema, file_columns, chunk_rows)
+
+
+def _encode_rows(
+    reader: Any, schema: DatasetSchema, file_columns: list[int], chunk_rows: int
+) -> EncodedTable:
+    encoders = [ColumnEncoder(a) for a in schema.attributes]
+    n_fields = len(file_columns)  # the header matched the schema exactly
+    parts: list[list[np.ndarray]] = [[] for _ in encoders]
+    total_rows = 0
+    offence: _Offence | None = None
+    pending: IngestError | None = None
+
+    rows: list[list[str]] = []
+    # starts[i] + 1 is the line where row i begins (a quoted field may span lines).
+    starts: list[int] = []
+    batches = read_batches(reader, rows, starts, n_fields, chunk_rows)
+    while True:
+        try:
+            has_rows = next(batches)
+        except StopIteration:
+            break
+        except IngestError as exc:
+            if exc.code == "too_large":
+                raise
+            pending = exc  # a structural error: rows before it are still checked first
+            has_rows = bool(rows)
+        except csv.Error as exc:
+            line = reader.line_num
+            pending = IngestError("bad_csv", f"malformed CSV on line {line}: {exc}", {"line": line})
+            has_rows = bool(rows)
+        if has_rows:
+            columns = list(zip(*rows, strict=True))
+            if offence is None:
+                offence = _encode_batch(columns, starts, encoders, file_columns, parts)
+                if offence is None:
+                    total_rows += len(rows)
+            else:
+                _collect_more(offence, columns, starts)
+            rows.clear()
+            starts.clear()
+        if pending is not None or (
+            offence is not None and len(offence.lines) >= MAX_REPORTED_LINES
+        ):
+            break
+    if offence is not None:
+        raise _value_error(offence)
+    if pending is not None:
+        raise pending
+    if total_rows == 0:
+        raise IngestError("empty_file", "the file has a header but no data rows")
+    columns_out = {
+        attribute.name: (np.concatenate(column_parts) if len(column_parts) > 1 else column_parts[0])
+        for attribute, column_parts in zip(schema.attributes, parts, strict=True)
+    }
+    return EncodedTable(rows=total_rows, columns=columns_out)
+
+
+def _encode_batch(
+    columns: list[tuple[str, ...]],
+    starts: list[int],
+    encoders: list[ColumnEncoder],
+    file_columns: list[int],
+    parts: list[list[np.ndarray]],
+) -> _Offence | None:
+    """Encode one batch into `parts`; on bad cells return the first offence instead."""
+    encoded: list[np.ndarray] = []
+    first_bad: tuple[int, int, int] | None = None  # (row, file column, attribute index)
+    for index, (encoder, file_column) in enumerate(zip(encoders, file_columns, strict=True)):
+        codes = encoder.encode(columns[file_column])
+        if codes.min() < 0:
+            row = int(np.argmax(codes < 0))
+            candidate = (row, file_column, index)
+            if first_bad is None or candidate < first_bad:
+                first_bad = candidate
+        encoded.append(codes)
+    if first_bad is None:
+        for column_parts, encoder, codes in zip(parts, encoders, encoded, strict=True):
+            column_parts.append(codes.astype(encoder.dtype))
+        return None
+    row, file_column, index = first_bad
+    offence = _Offence(file_column, encoders[index], columns[file_column][row])
+    bad_rows = np.flatnonzero(encoded[index] < 0)[:MAX_REPORTED_LINES]
+    offence.lines.extend(starts[int(r)] + 1 for r in bad_rows)
+    return offence
+
+
+def _collect_more(offence: _Offence, columns: list[tuple[str, ...]], starts: list[int]) -> None:
+    """Find further bad lines of the offending column (the batch is then dropped)."""
+    codes = offence.encoder.encode(columns[offence.file_column])
+    room = MAX_REPORTED_LINES - len(offence.lines)
+    bad_rows = np.flatnonzero(codes < 0)[:room]
+    offence.lines.extend(starts[int(r)] + 1 for r in bad_rows)
+
+
+def _value_error(offence: _Offence) -> IngestError:
+    name = offence.encoder.attribute.name
+    first_line = offence.lines[0]
+    if has_undecodable_bytes(offence.first_cell):
+        return IngestError(
+            "bad_csv",
+            f"line {first_line}, column {name!r}: bytes that are not valid UTF-8",
+            {"line": first_line, "column": name},
+        )
+    lines = ", ".join(map(str, offence.lines))
+    more = " (the first 10)" if len(offence.lines) >= MAX_REPORTED_LINES else ""
+    return IngestError(
+        "value_out_of_schema",
+        f"column {name!r} has values outside the schema on line(s) {lines}{more}; "
+        f"on line {first_line}: {offence.encoder.explain(offence.first_cell)}",
+        {"column": name, "lines": list(offence.lines)},
+    )

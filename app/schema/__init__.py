@@ -1,0 +1,55 @@
+"""Dataset schema: the public domain of every attribute, as the curator declares it.
+
+The schema — not the data — fixes each attribute's codes (DESIGN.md, privacy model):
+- ``categorical``: an ordered list of string values; code i is ``values[i]``.
+- ``numeric``: bin edges e_0 < e_1 < … < e_k; code i is the half-open bin
+  [e_i, e_{i+1}), except the last bin [e_{k-1}, e_k], which is closed. With ``clip``,
+  values below e_0 (or above e_k) are clamped to that edge, so they count in the
+  first (or last) bin.
+- ``integer``: codes 0..size-1 written as integers in the CSV (the plain size-map
+  form ``{"age": 85}`` of API.md, as in ``adult-domain.json``).
+
+`parse_schema` accepts both JSON forms of API.md and validates strictly; every
+`SchemaError` names the attribute and what is wrong. `DatasetSchema.to_json` gives the
+canonical full form, which `parse_schema` reads back to an equal schema.
+
+Modules: `rules` (kinds, limits, `SchemaError`), `attribute` (`Attribute`), `dataset`
+(`DatasetSchema`) and `parsing` (`parse_schema`); this package gathers their public
+names.
+
+Query helpers (`Attribute.encode_labels`, `Attribute.codes_in_range`) translate
+values given in the original terms into codes. A numeric range must not cut a bin:
+``ge`` and ``lt`` must each fall on a bin edge (or outside the edges), because the
+data inside a bin is not known to the model; the error names the edges, which are
+public.
+"""
+
+from app.schema.attribute import Attribute
+from app.schema.dataset import DatasetSchema
+from app.schema.parsing import parse_schema
+from app.schema.rules import (
+    ATTRIBUTE_KINDS,
+    FORBIDDEN_NAME_CHARACTERS,
+    MAX_ATTRIBUTE_SIZE,
+    MAX_ATTRIBUTES,
+    MAX_NAME_LENGTH,
+    MAX_VALUE_LENGTH,
+    AttributeKind,
+    SchemaError,
+    format_number,
+)
+
+__all__ = [
+    "ATTRIBUTE_KINDS",
+    "FORBIDDEN_NAME_CHARACTERS",
+    "MAX_ATTRIBUTES",
+    "MAX_ATTRIBUTE_SIZE",
+    "MAX_NAME_LENGTH",
+    "MAX_VALUE_LENGTH",
+    "Attribute",
+    "AttributeKind",
+    "DatasetSchema",
+    "SchemaError",
+    "format_number",
+    "parse_schema",
+]

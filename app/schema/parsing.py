@@ -1,0 +1,159 @@
+"""`parse_schema`: either JSON form of API.md (full form or size map), read strictly;
+every refusal is a `SchemaError` naming the attribute and what is wrong."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from app.schema.attribute import Attribute
+from app.schema.dataset import DatasetSchema
+from app.schema.rules import (
+    ATTRIBUTE_KINDS,
+    MAX_ATTRIBUTES,
+    SchemaError,
+    check_name,
+    is_real_number,
+    quote,
+)
+
+_ALLOWED_KEYS: dict[str, frozenset[str]] = {
+    "categorical": frozenset({"name", "type", "values"}),
+    "numeric": frozenset({"name", "type", "bins", "clip"}),
+    "integer": frozenset({"name", "type", "size", "clip"}),
+}
+_REQUIRED_KEY = {"categorical": "values", "numeric": "bins", "integer": "size"}
+
+
+def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise SchemaError(f"duplicate key {quote(key)} in schema JSON")
+        result[key] = value
+    return result
+
+
+def parse_schema(obj: object) -> DatasetSchema:
+    """Read either schema form of API.md (a dict, or its JSON text) and validate it.
+
+    Full form: ``{"attributes": [{"name", "type": "categorical", "values": [...]},
+    {"name", "type": "numeric", "bins": [...], "clip"?}, {"name", "type": "integer",
+    "size", "clip"?}, ...]}``. Size map: ``{"age": 85, "sex": 2}`` (integer codes).
+    Pass the JSON text when you have it: only then are duplicate keys detected.
+    """
+    if isinstance(obj, (bytes, bytearray)):
+        try:
+            obj = bytes(obj).decode("utf-8")
+        except UnicodeDecodeError:
+            raise SchemaError("schema is not valid UTF-8") from None
+    if isinstance(obj, str):
+        try:
+            obj = json.loads(obj, object_pairs_hook=_pairs_without_duplicates)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(
+                f"schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
+    if not isinstance(obj, Mapping):
+        raise SchemaError(
+            'schema must be a JSON object: {"attributes": [...]} or a size map {"age": 85, ...}'
+        )
+    if "attributes" in obj and isinstance(obj["attributes"], list):
+        unknown = sorted(set(obj) - {"attributes"})
+        if unknown:
+            raise SchemaError(
+                f"unknown schema key(s) {', '.join(map(quote, unknown))}; the full form has only "
+                '"attributes"'
+            )
+        entries = obj["attributes"]
+        if len(entries) > MAX_ATTRIBUTES:
+            raise SchemaError(
+                f"schema has {len(entries)} attributes; at most {MAX_ATTRIBUTES} are allowed"
+            )
+        return DatasetSchema(tuple(_parse_attribute(i, e) for i, e in enumerate(entries)))
+    return _parse_size_map(obj)
+
+
+def _parse_size_map(sizes: Mapping[Any, Any]) -> DatasetSchema:
+    if not sizes:
+        raise SchemaError("schema has no attributes")
+    if len(sizes) > MAX_ATTRIBUTES:
+        raise SchemaError(
+            f"schema has {len(sizes)} attributes; at most {MAX_ATTRIBUTES} are allowed"
+        )
+    attributes = []
+    for name, size in sizes.items():
+        check_name(name)
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise SchemaError(
+                f"attribute {name!r}: size must be a positive integer, got {_json_type(size)} "
+                '(a size map is {"name": size, ...}; or use {"attributes": [...]})'
+            )
+        attributes.append(Attribute.integer(name, size))
+    return DatasetSchema(tuple(attributes))
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__
+
+
+def _parse_attribute(position: int, entry: object) -> Attribute:
+    if not isinstance(entry, Mapping):
+        raise SchemaError(f"attribute {position} must be an object, got {_json_type(entry)}")
+    if "name" not in entry:
+        raise SchemaError(f"attribute {position} has no name")
+    name = check_name(entry["name"])
+    where = f"attribute {name!r}"
+    kind = entry.get("type")
+    if kind not in ATTRIBUTE_KINDS:
+        raise SchemaError(
+            f"{where}: type must be one of {', '.join(map(repr, ATTRIBUTE_KINDS))}, got "
+            f"{_json_type(kind) if not isinstance(kind, str) else repr(kind)}"
+        )
+    allowed = _ALLOWED_KEYS[kind]
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise SchemaError(
+            f"{where}: unknown key(s) {', '.join(map(quote, map(str, unknown)))} for a {kind} "
+            f"attribute (allowed: {', '.join(sorted(allowed))})"
+        )
+    required = _REQUIRED_KEY[kind]
+    if required not in entry:
+        raise SchemaError(f"{where}: a {kind} attribute needs {required!r}")
+    clip = entry.get("clip", False)
+    if not isinstance(clip, bool):
+        raise SchemaError(f"{where}: clip must be true or false, got {_json_type(clip)}")
+    if kind == "categorical":
+        values = entry["values"]
+        if not isinstance(values, list):
+            raise SchemaError(
+                f"{where}: values must be a list of strings, got {_json_type(values)}"
+            )
+        return Attribute.categorical(name, values)
+    if kind == "numeric":
+        bins = entry["bins"]
+        if not isinstance(bins, list):
+            raise SchemaError(f"{where}: bins must be a list of numbers, got {_json_type(bins)}")
+        for edge_position, edge in enumerate(bins):
+            if not is_real_number(edge):
+                raise SchemaError(
+                    f"{where}: bin edge {edge_position} must be a number, got {_json_type(edge)}"
+                )
+        return Attribute.numeric(name, bins, clip=clip)
+    size = entry["size"]
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise SchemaError(f"{where}: size must be a positive integer, got {_json_type(size)}")
+    return Attribute.integer(name, size, clip=clip)

@@ -1,0 +1,91 @@
+"""What every kind of free answer shares: limits, refusals, labels, notes and work sizes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.errors import InvalidRequest
+from app.pgm.elimination import InferenceTooLarge
+from app.schema import Attribute, DatasetSchema, SchemaError
+from app.services.models import LoadedModel
+
+# Largest intermediate table one query's variable elimination may build (8 bytes a
+# cell): keeps a single request's memory bounded whatever attributes it names.
+MAX_INFERENCE_CELLS = 5_000_000
+MAX_QUERIES_PER_REQUEST = 1_000
+MAX_MOMENT_ORDER = 8
+MAX_SYNTHETIC_ROWS = 10_000_000
+SYNTHETIC_CHUNK_ROWS = 20_000
+# Marginal counts are rounded to this many decimals (thousandths of a record).
+COUNT_DECIMALS = 3
+
+
+class TooManyCells(InvalidRequest):
+    """The answer would have more cells than the server returns in one response."""
+
+    code = "too_many_cells"
+
+
+class QueryTooLarge(InvalidRequest):
+    """Answering this query needs a larger intermediate table than the server allows."""
+
+    code = "query_too_large"
+
+
+def invalid(parameter: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"{parameter}: {message}", parameter=parameter)
+
+
+def too_large(error: InferenceTooLarge, parameter: str) -> QueryTooLarge:
+    return QueryTooLarge(
+        f"{parameter}: {error}",
+        parameter=parameter,
+        cells_needed=error.cells,
+        max_cells=error.max_cells,
+    )
+
+
+def attribute_of(schema: DatasetSchema, name: str, parameter: str) -> Attribute:
+    try:
+        return schema.attribute(name)
+    except SchemaError as error:
+        raise invalid(parameter, f"{error}; known attributes: {', '.join(schema.names)}") from None
+
+
+def cell_labels(label_lists: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+    """One tuple of labels per cell of the table over these axes, row-major."""
+    return list(itertools.product(*label_lists))
+
+
+def untouched_note(loaded: LoadedModel, attrs: Sequence[str]) -> tuple[list[str], str | None]:
+    """Which of `attrs` no measurement touched, and the sentence that says so."""
+    measured = loaded.measured_attributes
+    untouched = [a for a in attrs if a not in measured]
+    if not untouched:
+        return untouched, None
+    names = ", ".join(untouched)
+    if len(untouched) == len(attrs):
+        note = f"no measurement touched {names}; this is the model's maximum-entropy estimate"
+    else:
+        note = (
+            f"no measurement touched {names}; along it the answer is the model's "
+            "maximum-entropy estimate"
+        )
+    return untouched, note
+
+
+@dataclass(frozen=True)
+class WorkSize:
+    """How large answering a request is, in cells: what most of its time is spent on."""
+
+    answer_cells: int  # encoded into the response
+    intermediate_cells: int  # the largest table variable elimination builds
+
+
+def dumps(value: Any) -> bytes:
+    # What Starlette's JSONResponse writes: compact, UTF-8, no NaN.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()

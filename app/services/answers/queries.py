@@ -1,0 +1,223 @@
+"""Factored queries (Private-PGM appendix B): `where` value sets or ranges, `by` value /
+cdf / groups, `weights` and `moments`, checked and sized as a batch, then answered."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.pgm import queries as q
+from app.pgm.domain import DomainError
+from app.pgm.elimination import InferenceTooLarge
+from app.pgm.queries import FactoredQuery, QueryFactor
+from app.schema import Attribute, SchemaError, format_number
+from app.services.answers.common import (
+    MAX_INFERENCE_CELLS,
+    MAX_MOMENT_ORDER,
+    MAX_QUERIES_PER_REQUEST,
+    TooManyCells,
+    WorkSize,
+    attribute_of,
+    cell_labels,
+    invalid,
+    too_large,
+    untouched_note,
+)
+from app.services.answers.values import codes_in_range, codes_of_labels
+from app.services.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """A half-open range [ge, lt) on original values; either bound may be omitted."""
+
+    ge: float | None = None
+    lt: float | None = None
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Named groups of values: one answer row per group."""
+
+    groups: Mapping[str, Sequence[object]]
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """One factored query as the API states it, in original labels and values."""
+
+    where: Mapping[str, Sequence[object] | ValueRange] = field(default_factory=dict)
+    by: Mapping[str, str | Grouping] = field(default_factory=dict)
+    weights: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    moments: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedQuery:
+    """A query built on the model's domain, with the axes its answer is shown over."""
+
+    query: FactoredQuery
+    axis_attributes: tuple[str, ...]
+    axis_labels: tuple[tuple[str, ...], ...]
+
+    @property
+    def cells(self) -> int:
+        return math.prod(len(labels) for labels in self.axis_labels)
+
+
+def _cdf_labels(attribute: Attribute) -> list[str]:
+    """Row k of a CDF counts codes 0..k: say which values that is."""
+    if attribute.kind == "numeric":
+        assert attribute.bins is not None
+        labels = [f"< {format_number(e)}" for e in attribute.bins[1:]]
+        labels[-1] = f"<= {format_number(attribute.bins[-1])}"
+        return labels
+    return [f"<= {label}" for label in attribute.labels()]
+
+
+def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> PreparedQuery:
+    """Turn one `QuerySpec` into a factored query over the model's domain."""
+    schema, domain = loaded.schema, loaded.model.domain
+    seen: dict[str, str] = {}
+
+    def attribute_for(section: str, name: str) -> Attribute:
+        where_ = f"{parameter}.{section}.{name}"
+        attribute = attribute_of(schema, name, where_)
+        if name in seen:
+            raise invalid(
+                where_,
+                f"attribute {name!r} already appears in {seen[name]}; a query gives each "
+                "attribute one factor",
+            )
+        seen[name] = section
+        return attribute
+
+    row_factors: list[QueryFactor] = []
+    axis_factors: list[QueryFactor] = []
+    axis_attributes: list[str] = []
+    try:
+        for name, condition in spec.where.items():
+            attribute = attribute_for("where", name)
+            path = f"{parameter}.where.{name}"
+            if isinstance(condition, ValueRange):
+                codes = codes_in_range(attribute, condition.ge, condition.lt, path)
+            else:
+                codes = codes_of_labels(attribute, list(condition), path)
+            row_factors.append(q.indicator(domain, name, codes))
+        for name, row in spec.weights.items():
+            attribute_for("weights", name)
+            try:
+                row_factors.append(q.weights(domain, name, row, label=f"weighted {name}"))
+            except DomainError as error:
+                raise invalid(f"{parameter}.weights.{name}", str(error)) from None
+        for name, how in spec.by.items():
+            attribute = attribute_for("by", name)
+            path = f"{parameter}.by.{name}"
+            if isinstance(how, Grouping):
+                if not how.groups:
+                    raise invalid(path, "groups needs at least one named group")
+                members = {
+                    group: codes_of_labels(attribute, list(values), f"{path}.groups.{group}")
+                    for group, values in how.groups.items()
+                }
+                factor = q.groups(domain, name, members)
+            elif how == "value":
+                factor = q.identity(domain, name, attribute.labels())
+            elif how == "cdf":
+                factor = q.prefix(domain, name, _cdf_labels(attribute))
+            else:
+                raise invalid(path, 'use "value", "cdf" or {"groups": {...}}')
+            axis_factors.append(factor)
+            axis_attributes.append(name)
+        for name, order in spec.moments.items():
+            attribute = attribute_for("moments", name)
+            path = f"{parameter}.moments.{name}"
+            if not 1 <= order <= MAX_MOMENT_ORDER:
+                raise invalid(path, f"the moment order must be 1 to {MAX_MOMENT_ORDER}")
+            try:
+                points = attribute.midpoints()
+            except SchemaError as error:
+                raise invalid(path, str(error)) from None
+            axis_factors.append(q.moments(domain, name, points.tolist(), order))
+            axis_attributes.append(name)
+        query = FactoredQuery(domain, tuple(row_factors + axis_factors))
+    except DomainError as error:  # QueryError: wrong weight count, non-finite entries, …
+        raise invalid(parameter, str(error)) from None
+    return PreparedQuery(
+        query=query,
+        axis_attributes=tuple(axis_attributes),
+        axis_labels=tuple(f.labels for f in axis_factors),
+    )
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A checked batch of factored queries, and the size of the work answering it takes."""
+
+    items: tuple[PreparedQuery, ...]
+    size: WorkSize  # all answers together; the largest intermediate table of any query
+
+
+def prepare_queries(
+    loaded: LoadedModel, specs: Sequence[QuerySpec], *, max_cells: int
+) -> PreparedBatch:
+    """Build and check a batch of factored queries (every refusal names its query)."""
+    if not specs:
+        raise invalid("queries", "give at least one query")
+    if len(specs) > MAX_QUERIES_PER_REQUEST:
+        raise invalid(
+            "queries", f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(specs)}"
+        )
+    prepared = [
+        build_query(loaded, spec, parameter=f"queries[{index}]") for index, spec in enumerate(specs)
+    ]
+    cells = sum(p.cells for p in prepared)
+    if cells > max_cells:
+        raise TooManyCells(
+            f"queries: the answers would have {cells} cells together, more than the limit "
+            f"of {max_cells}; split the request",
+            parameter="queries",
+            cells=cells,
+            max_cells=max_cells,
+        )
+    model = loaded.model
+    largest = 0
+    for index, item in enumerate(prepared):
+        # Plans are cached per query shape, so checking each one first is cheap and
+        # lets the refusal name the query.
+        try:
+            plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
+        except InferenceTooLarge as error:
+            raise too_large(error, f"queries[{index}]") from None
+        largest = max(largest, plan.max_intermediate_cells)
+    return PreparedBatch(tuple(prepared), WorkSize(cells, largest))
+
+
+def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]:
+    """Answers of a prepared batch, each a table flattened row-major."""
+    results = loaded.model.answer_many(
+        [p.query for p in batch.items], max_cells=MAX_INFERENCE_CELLS
+    )
+    answers = []
+    for item, result in zip(batch.items, results, strict=True):
+        _, note = untouched_note(loaded, item.query.attributes)
+        answers.append(
+            {
+                "attributes": list(item.axis_attributes),
+                "labels": cell_labels(item.axis_labels),
+                "values": np.asarray(result, dtype=float).ravel().tolist(),
+                "note": note,
+            }
+        )
+    return {"answers": answers, "model_version": loaded.version}
+
+
+def queries_answer(
+    loaded: LoadedModel, specs: Sequence[QuerySpec], *, max_cells: int
+) -> dict[str, Any]:
+    """Answers of a batch of factored queries, each a table flattened row-major."""
+    return answer_prepared(loaded, prepare_queries(loaded, specs, max_cells=max_cells))

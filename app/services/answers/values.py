@@ -1,0 +1,90 @@
+"""Values in a request's own terms → codes: `where` filters, value lists and ranges."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.schema import Attribute, DatasetSchema, SchemaError
+from app.services.answers.common import attribute_of, invalid
+
+
+def _split_values(attribute: Attribute, text: str) -> list[str]:
+    """Comma-separated values; numeric bin labels ("[0, 18)") keep their inner comma."""
+    if attribute.kind != "numeric":
+        return [part.strip() for part in text.split(",")]
+    parts: list[str] = []
+    current: list[str] = []
+    inside_bin = False
+    for character in text:
+        if character == "[":
+            inside_bin = True
+        elif character in ")]":
+            inside_bin = False
+        if character == "," and not inside_bin:
+            parts.append("".join(current).strip())
+            current = []
+        else:
+            current.append(character)
+    parts.append("".join(current).strip())
+    return parts
+
+
+def _parse_bound(text: str, parameter: str, attribute: Attribute) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise invalid(
+            parameter, f"range bound {text!r} of {attribute.name!r} is not a number"
+        ) from None
+    if math.isnan(value):
+        raise invalid(parameter, f"range bound of {attribute.name!r} is not a number")
+    return value
+
+
+def codes_in_range(
+    attribute: Attribute, ge: float | None, lt: float | None, parameter: str
+) -> np.ndarray:
+    if ge is None and lt is None:
+        raise invalid(parameter, f"the range on {attribute.name!r} needs a lower or upper bound")
+    try:
+        return attribute.codes_in_range(ge, lt)
+    except SchemaError as error:
+        raise invalid(parameter, str(error)) from None
+
+
+def codes_of_labels(attribute: Attribute, labels: Sequence[object], parameter: str) -> np.ndarray:
+    if not labels:
+        raise invalid(parameter, f"give at least one value of {attribute.name!r}")
+    try:
+        return attribute.encode_labels(labels)
+    except SchemaError as error:
+        raise invalid(parameter, str(error)) from None
+
+
+def parse_where(
+    schema: DatasetSchema, text: str, *, parameter: str = "where"
+) -> tuple[str, np.ndarray]:
+    """`attr:v1,v2` (a value set) or `attr:lo..hi` (half-open range) → (attribute, codes)."""
+    name, separator, rest = text.partition(":")
+    if not separator:
+        raise invalid(
+            parameter,
+            f"expected attr:value1,value2 or attr:lo..hi, got {text[:60]!r}",
+        )
+    attribute = attribute_of(schema, name.strip(), parameter)
+    rest = rest.strip()
+    if attribute.kind != "categorical" and ".." in rest:
+        low, _, high = rest.partition("..")
+        ge = _parse_bound(low, parameter, attribute)
+        lt = _parse_bound(high, parameter, attribute)
+        return attribute.name, codes_in_range(attribute, ge, lt, parameter)
+    values = _split_values(attribute, rest) if rest else []
+    if any(not v for v in values):
+        raise invalid(parameter, f"empty value in the list for {attribute.name!r}")
+    return attribute.name, codes_of_labels(attribute, values, parameter)

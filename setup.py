@@ -1,0 +1,19 @@
+"""Which packages the distribution holds (everything else is in pyproject.toml).
+
+Every package under app/, found, plus the Alembic scripts: the repository keeps them
+at the top level (alembic/, beside alembic.ini), and the wheel carries them as
+`app.migration_scripts`, where `app.migrations` finds them in an installed copy.
+"""
+
+from setuptools import find_packages, setup
+
+MIGRATIONS = {
+    "app.migration_scripts": "alembic",
+    "app.migration_scripts.versions": "alembic/versions",
+}
+
+setup(
+    packages=[*find_packages(include=["app", "app.*"]), *MIGRATIONS],
+    package_dir=MIGRATIONS,
+    package_data={"app.migration_scripts": ["script.py.mako"]},
+)
