@@ -48,6 +48,12 @@ def rss_mb(pid: int) -> float:
     return round(status_kb(pid, "VmRSS") / 1024, 1)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def reset_peak(pid: int) -> None:
     """Reset VmHWM to the current RSS (Linux ≥ 4.0: write 5 to clear_refs)."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as handle:
@@ -154,6 +160,9 @@ class Service:
 
     def worker_peak_mb(self) -> float:
         return max((peak_mb(pid) for pid in self.worker_pids()), default=float("nan"))
+
+    def worker_cpu_seconds(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.worker_pids())
 
     def stop(self) -> None:
         self.stop_workers()
