@@ -187,7 +187,7 @@ def main() -> None:
     if args.round_tolerance is not None:
         tuning["round_fit_tolerance"] = args.round_tolerance
     if args.fit_solver is not None:
-        tuning["fit_solver"] = None if args.fit_solver == "auto" else args.fit_solver
+        tuning["fit_solver"] = args.fit_solver
     shared = {
         "tuning": tuning,
         "verbose": args.verbose,
