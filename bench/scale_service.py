@@ -228,8 +228,9 @@ class Api:
     def wait(self, job_id: str, timeout: float, verbose: bool = False) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         last = None
+        job: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            job: dict[str, Any] = self.tenant.get(f"/v1/jobs/{job_id}").json()
+            job = self.tenant.get(f"/v1/jobs/{job_id}").json()
             if job["status"] in ("succeeded", "failed"):
                 return job
             progress = job.get("progress") or {}
@@ -237,7 +238,7 @@ class Api:
                 last = progress.get("round")
                 print(f"  … {json.dumps(progress)[:200]}", file=sys.stderr, flush=True)
             time.sleep(0.1)
-        return {"status": "timeout", "job_id": job_id}
+        return {**job, "status": "timeout", "job_id": job_id}
 
     def model_error(
         self, dataset_id: str, network: Network, attr_sets: list[tuple[str, ...]]
