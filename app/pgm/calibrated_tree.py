@@ -78,6 +78,14 @@ def _fits(plan: TreePlan, max_cells: int | None) -> bool:
     return max_cells is None or plan.max_intermediate_cells <= max_cells
 
 
+def _better(candidate: TreePlan, found: TreePlan, max_cells: int | None) -> bool:
+    """Within the cap beats over it; then less work."""
+    return (not _fits(candidate, max_cells), candidate.work) < (
+        not _fits(found, max_cells),
+        found.work,
+    )
+
+
 class CalibratedTree:
     """Calibrated clique marginals of a junction tree, answering queries by elimination.
 
@@ -328,7 +336,7 @@ class CalibratedTree:
                     elimination=elimination,
                     sliced=tuple((v, sizes[v]) for v in trial),
                 )
-                if found is None or candidate.work < found.work:
+                if found is None or _better(candidate, found, max_cells):
                     found = candidate
             if found is None:
                 break
