@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     )
     env: Literal["development", "production", "test"] = "development"
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest CSV upload.")
+    max_json_body_bytes: int = Field(
+        default=4 * 1024**2, gt=0, description="Largest JSON request body (413 beyond)."
+    )
     max_marginal_cells: int = Field(
         default=1_000_000, gt=0, description="Largest marginal a measurement may ask for."
     )
@@ -54,7 +57,13 @@ class Settings(BaseSettings):
         ge=0,
         description="Workers started beside `privq serve`; default 1 on SQLite, 0 otherwise.",
     )
-    lease_seconds: int = Field(default=300, gt=0, description="How long a claimed job is leased.")
+    lease_seconds: int = Field(
+        default=30,
+        gt=0,
+        description="How long a worker's claim on a job (and a fit lock) lasts without "
+        "renewal; a heartbeat renews it every third of that, so a killed worker's job is "
+        "picked up by another within about this long.",
+    )
     auto_migrate: bool | None = Field(
         default=None,
         description="Upgrade the schema when the API starts; default on for SQLite only "

@@ -225,7 +225,12 @@ def is_sqlite_url(url: str) -> bool:
 def make_engine(
     url: str, *, sqlite_busy_timeout_seconds: float = 30.0, **engine_kwargs: Any
 ) -> Engine:
-    """An engine configured for privq: SQLite in WAL mode with IMMEDIATE transactions."""
+    """An engine configured for privq: SQLite in WAL mode with IMMEDIATE transactions.
+
+    Statement parameters are hidden from logs and exception messages: they can hold
+    private values (a dataset's row count, measured counts).
+    """
+    engine_kwargs.setdefault("hide_parameters", True)
     if not is_sqlite_url(url):
         engine_kwargs.setdefault("pool_pre_ping", True)
         return create_engine(url, **engine_kwargs)
@@ -321,12 +326,17 @@ class MeasurementRecord(Base):
     order stored), packed with `app.ingest.pack_column`. A plain measurement job has
     one row per requested marginal (`position` 0..k−1); a mechanism job one row per
     round, with the round's selection details in `details`.
+
+    `status` is "active", or "quarantined" when a model fit could not use it
+    (`quarantine_reason` says why): it stays a release — listed, and charged in the
+    ledger — but no later fit includes it.
     """
 
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint("job_id", "position"),
         CheckConstraint("noise IN ('gaussian', 'laplace')", name="noise"),
+        CheckConstraint("status IN ('active', 'quarantined')", name="status"),
     )
 
     id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
@@ -341,6 +351,8 @@ class MeasurementRecord(Base):
     values: Mapped[bytes] = mapped_column(LargeBinary)
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    status: Mapped[str] = mapped_column(String(16), default="active", server_default="active")
+    quarantine_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ModelVersion(Base):

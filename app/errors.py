@@ -97,3 +97,16 @@ class ServiceUnavailable(PrivqError):
 
     status = 503
     code = "unavailable"
+
+
+class InvariantViolated(PrivqError):
+    """An internal check that guards the privacy budget failed; nothing was released."""
+
+    status = 500
+    code = "invariant_violated"
+
+
+class LedgerInvariantViolated(InvariantViolated):
+    """The ledger is not in the state the service relies on; nothing was changed."""
+
+    code = "ledger_invariant_violated"

@@ -1,7 +1,9 @@
 """Structured logging: one JSON object per line on stderr for the `privq` loggers.
 
 Request logs carry method, route template, status and duration — never bodies,
-query strings or anything else a client sent.
+query strings or anything else a client sent. Tracebacks keep their frames but not the
+messages of database errors: those can quote a statement's values (PostgreSQL's
+"Failing row contains (…)"), which may be private — a dataset's row count, counts.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import logging
 import math
 import sys
 import time
+import traceback
+from types import TracebackType
 from typing import Any
 
 # LogRecord attributes that are not extra fields given by the caller.
@@ -39,8 +43,61 @@ def utc_timestamp(created: float) -> str:
     return f"{cached[1]}.{micros // 1000:03d}+00:00"
 
 
+def _is_database_error(error: BaseException) -> bool:
+    # By module, so the drivers need not be imported here: SQLAlchemy's wrappers and
+    # the DB-API exceptions of psycopg and sqlite3 they carry.
+    module = type(error).__module__
+    return module.startswith(("sqlalchemy", "psycopg", "sqlite3", "_sqlite3"))
+
+
+def _redacted_message(error: BaseException) -> str:
+    sqlstate = getattr(getattr(error, "orig", error), "sqlstate", None)
+    code = f", SQLSTATE {sqlstate}" if sqlstate else ""
+    return f"{type(error).__module__}.{type(error).__qualname__}: (message withheld{code})"
+
+
+def format_exception_redacted(error: BaseException | None, tb: TracebackType | None = None) -> str:
+    """A traceback like `traceback.format_exception`'s, with database errors' messages withheld."""
+    if error is None:
+        return ""
+    chain: list[tuple[BaseException, str | None]] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    link: str | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        chain.append((current, link))
+        if current.__cause__ is not None:
+            current, link = current.__cause__, "cause"
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, link = current.__context__, "context"
+        else:
+            current = None
+    parts: list[str] = []
+    for position, (item, _link) in enumerate(reversed(chain)):
+        if position:
+            # The link printed before an exception is the one that led to the next one.
+            parts.append(
+                "\nThe above exception was the direct cause of the following exception:\n\n"
+                if chain[len(chain) - position][1] == "cause"
+                else "\nDuring handling of the above exception, another exception occurred:\n\n"
+            )
+        frames = item.__traceback__ if item is not error or tb is None else tb
+        if frames is not None:
+            parts.append("Traceback (most recent call last):\n")
+            parts.extend(traceback.format_tb(frames))
+        if _is_database_error(item):
+            parts.append(_redacted_message(item) + "\n")
+        else:
+            parts.extend(traceback.format_exception_only(type(item), item))
+    return "".join(parts).rstrip("\n")
+
+
 class JsonFormatter(logging.Formatter):
     """Render a record and its `extra=` fields as one JSON line."""
+
+    def formatException(self, ei: Any) -> str:
+        return format_exception_redacted(ei[1], ei[2])
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {

@@ -12,9 +12,11 @@ Running a measurement job:
 2. fit — `fits.ensure_fitted`: the first model version covering those measurements.
 3. succeed with that version.
 
-A failure that is the job's own (bad parameters, a model too large) fails it for
-good, refunding its ρ if no noise was drawn; a database hiccup gives the job back
-to the queue for another attempt.
+A failure that is the job's own (a refusal: bad parameters, a model too large) fails
+it for good with that refusal's message; any other exception is a bug, logged with
+its traceback, and fails the job with a message that names only its kind and stage.
+Either way the job is refunded the ρ it had not used on data (`refunds`). A database
+hiccup gives the job back to the queue for another attempt.
 
 `start_embedded_workers` runs workers in child processes of `privq serve`, so a fit
 shares neither the GIL nor the event loop with the API.
@@ -40,8 +42,9 @@ from app.config import Settings
 from app.db import Database, Job
 from app.errors import PrivqError
 from app.pgm.domain import Domain
+from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, mechanisms
+from app.services import fits, jobs, mechanisms, quarantine
 from app.services import measurements as measurement_service
 from app.services.jobs import LeaseLost
 
@@ -54,6 +57,22 @@ def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
     if kind in mechanisms.MECHANISMS:  # the workload-adaptive mechanisms
         return mechanisms.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
+
+
+def _is_the_jobs_own(error: Exception) -> bool:
+    """A refusal of what the job asked (its fault, nothing to report), not a bug."""
+    if isinstance(error, PrivqError):
+        return error.status < 500
+    return isinstance(error, ModelTooLarge)
+
+
+def internal_error_message(error: Exception, stage: str) -> str:
+    """What a job's owner reads when it failed on something that is not their fault."""
+    return (
+        f"internal error ({type(error).__name__}) while {stage}; the job will not be retried. "
+        "The ρ it had not used on data was refunded (see the ledger). The worker's log "
+        "has the details under this job's id: please report it to the operator."
+    )
 
 
 class Heartbeat:
@@ -147,11 +166,8 @@ class Worker:
         except OperationalError:
             logger.exception("database error; giving the job back", extra={"job_id": job.id})
             self._give_back(job)
-        except (PrivqError, ValueError) as error:
-            self._fail(job, str(error))
         except Exception as error:
-            logger.exception("job crashed", extra={"job_id": job.id})
-            self._fail(job, f"internal error ({type(error).__name__}); see the worker log")
+            self._fail_on(job, error)
         except BaseException:
             # Stopping (SIGTERM, Ctrl-C): hand the job back at once rather than after the lease.
             self._give_back(job)
@@ -258,6 +274,7 @@ class Worker:
         )
         self.progress(job, {"stage": "measured"})
         version = self.fit_covering(job, high_water, domain)
+        quarantine.check_job(self.database, job.id)  # a fit could not use it: say so
         return {"model_version": version}
 
     # -- endings ------------------------------------------------------------------------
@@ -276,6 +293,27 @@ class Worker:
         logger.info(
             "job succeeded", extra={"job_id": job.id, "model_version": result["model_version"]}
         )
+
+    def _fail_on(self, job: Job, error: Exception) -> None:
+        """Fail the job for `error`: the job's own problem in its words, or an internal one.
+
+        A refusal (a `PrivqError` below 500, or a model over the size cap) is the job
+        asking for something the service will not do, and its message says what. Anything
+        else — a bug, a broken invariant — is logged with its traceback, and the job's
+        error (which a tenant reads) names only the kind of failure and where: an
+        exception's text may quote private values.
+        """
+        if _is_the_jobs_own(error):
+            logger.warning("job refused", extra={"job_id": job.id, "error": type(error).__name__})
+            self._fail(job, error.message if isinstance(error, PrivqError) else str(error))
+            return
+        stage = str(self._last_progress.get("stage", "starting"))
+        logger.exception(
+            "job failed on an internal error",
+            exc_info=error,
+            extra={"job_id": job.id, "stage": stage},
+        )
+        self._fail(job, internal_error_message(error, stage))
 
     def _fail(self, job: Job, message: str) -> None:
         with self.database.unit_of_work() as session:

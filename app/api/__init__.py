@@ -16,11 +16,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from sqlalchemy.exc import OperationalError
 
+from app import limits
 from app.api import routers as routers_package
 from app.api.deps import TenantKeyCache, make_loop_read_engine
 from app.api.errors import install_error_handlers
-from app.api.observability import ObservabilityMiddleware, UploadSizeLimitMiddleware
+from app.api.guards import RequestGuardMiddleware
+from app.api.observability import ObservabilityMiddleware
+from app.api.responses import SafeJSONResponse
 from app.config import Settings, get_settings
 from app.db import Database
 from app.logs import configure_logging
@@ -70,11 +74,16 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.effective_auto_migrate:
-            from app.migrations import upgrade_to_head
+        try:
+            if settings.effective_auto_migrate:
+                from app.migrations import upgrade_to_head
 
-            upgrade_to_head(settings.database_url)
-        announce_admin_key(database, settings)
+                upgrade_to_head(settings.database_url)
+            announce_admin_key(database, settings)
+        except OperationalError:
+            # Serve anyway: /readyz answers 503 with the reason until the database
+            # answers (a generated admin key is then made on the next start).
+            logger.warning("database unreachable at start-up; /readyz reports it")
         stop_workers: Callable[[], None] | None = None
         worker_count = settings.effective_workers_in_process
         if worker_count > 0 and start_workers is not None:
@@ -93,6 +102,7 @@ def create_app(
         version="0.1.0",
         summary="Privacy-budgeted answers over sensitive tabular data (zCDP + Private-PGM).",
         lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
     )
     app.state.settings = settings
     app.state.database = database
@@ -101,8 +111,10 @@ def create_app(
     app.state.loop_read_engine = loop_read_engine
     install_error_handlers(app)
     app.add_middleware(
-        UploadSizeLimitMiddleware,
-        max_body_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
+        RequestGuardMiddleware,
+        max_json_bytes=settings.max_json_body_bytes,
+        max_upload_bytes=settings.max_upload_bytes + UPLOAD_ENVELOPE_BYTES,
+        max_json_depth=limits.MAX_JSON_DEPTH,
     )
     app.add_middleware(ObservabilityMiddleware)  # outermost: sees every response
     for router in discover_routers():

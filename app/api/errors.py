@@ -1,8 +1,11 @@
 """The one error handler: every refusal is `{"error": {"code", "message", ...}}`.
 
 Covers `PrivqError` (with its status and details), FastAPI's own 404/405/… and its
-422 validation errors — reported by field location and reason, never echoing the
-values that were sent.
+422 validation errors — reported by field location and reason (and a number's allowed
+range), never echoing the values that were sent. A body that is not JSON at all is 400
+`invalid_json`. A database that cannot be reached (or a connection pool that stays
+exhausted) is 503 `unavailable` with `Retry-After`, not a 500. Anything else
+unexpected is logged with its traceback and answered 500 `internal_error`.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.responses import SafeJSONResponse
 from app.errors import PrivqError
 
 logger = logging.getLogger("privq.api")
@@ -33,9 +38,15 @@ _HTTP_CODES = {
 }
 
 
-def error_response(status: int, code: str, message: str, **details: Any) -> JSONResponse:
+# Seconds a client should wait before retrying when the database is unavailable.
+RETRY_AFTER_SECONDS = 2
+
+
+def error_response(status: int, code: str, message: str, **details: Any) -> SafeJSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return SafeJSONResponse(
         status_code=status,
         content={"error": {"code": code, "message": message, **details}},
         headers=headers,
@@ -46,13 +57,25 @@ def _field_path(location: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(part) for part in location)
 
 
+def _field_problem(problem: Any) -> dict[str, Any]:
+    """One validation problem: where and why (a number's allowed range, when it has one)."""
+    item: dict[str, Any] = {
+        "field": _field_path(problem.get("loc", ())),
+        "reason": problem.get("msg", ""),
+    }
+    context = problem.get("ctx") or {}
+    if isinstance(context.get("range"), str):
+        item["range"] = context["range"]
+    return item
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(PrivqError)
-    async def _privq_error(_request: Request, error: PrivqError) -> JSONResponse:
+    async def _privq_error(_request: Request, error: PrivqError) -> SafeJSONResponse:
         return error_response(error.status, error.code, error.message, **error.details)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(_request: Request, error: StarletteHTTPException) -> SafeJSONResponse:
         status = error.status_code
         code = _HTTP_CODES.get(status, HTTPStatus(status).phrase.lower().replace(" ", "_"))
         message = error.detail if isinstance(error.detail, str) else HTTPStatus(status).phrase
@@ -61,15 +84,33 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(status, code, message)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
-        fields = [
-            {"field": _field_path(problem.get("loc", ())), "reason": problem.get("msg", "")}
-            for problem in error.errors()
-        ]
+    async def _validation_error(
+        _request: Request, error: RequestValidationError
+    ) -> SafeJSONResponse:
+        problems = error.errors()
+        if any(problem.get("type") == "json_invalid" for problem in problems):
+            position = next(
+                (p["loc"][-1] for p in problems if p.get("type") == "json_invalid"), None
+            )
+            return error_response(
+                400,
+                "invalid_json",
+                f"the body is not valid JSON (at character {position})",
+            )
+        fields = [_field_problem(problem) for problem in problems]
         message = "; ".join(f"{item['field']}: {item['reason']}" for item in fields)
         return error_response(422, "invalid_request", message or "invalid request", fields=fields)
 
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeoutError)
+    async def _database_unavailable(_request: Request, error: Exception) -> SafeJSONResponse:
+        # The message names the cause without SQL or parameters (engines hide them too).
+        logger.warning("database unavailable", extra={"error": type(error).__name__})
+        return error_response(
+            503, "unavailable", "the database is unavailable or busy; retry shortly"
+        )
+
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, error: Exception) -> JSONResponse:
+    async def _unexpected(_request: Request, error: Exception) -> SafeJSONResponse:
         logger.error("unhandled error", exc_info=error)
         return error_response(500, "internal_error", "internal server error")

@@ -91,26 +91,3 @@ class ObservabilityMiddleware:
             requests.inc()
             latency.observe(elapsed)
             log_request(method, route, status, elapsed)
-
-
-class UploadSizeLimitMiddleware:
-    """Refuse a request whose declared body exceeds the upload limit before reading it."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            declared = dict(scope.get("headers", [])).get(b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                from app.api.errors import error_response
-
-                response = error_response(
-                    413,
-                    "payload_too_large",
-                    f"the request body is larger than the limit of {self.max_body_bytes} bytes",
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)

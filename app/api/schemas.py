@@ -9,21 +9,72 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
+from app.api.types import Delta, Epsilon, Name, ResourceId, Rho
 from app.db import Dataset, Grant, LedgerEntry, Tenant
-from app.services.rho import units_to_decimal_str, units_to_rho
+from app.errors import InvalidRequest
+from app.services.rho import (
+    Rounding,
+    rho_units,
+    rho_units_from_epsilon,
+    units_to_decimal_str,
+    units_to_rho,
+)
 
 
 class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class PrivacyAmount(RequestBody):
+    """An amount of privacy loss: `rho`, or `epsilon` with `delta` instead.
+
+    (ε, δ) is converted with the tight Canonne–Kamath–Steinke bound that GET /budget
+    reports: the largest ρ whose ε at that δ does not exceed the given ε.
+    """
+
+    rho: Rho | None = None
+    epsilon: Epsilon | None = Field(
+        default=None, description="Instead of rho: ε at `delta`, converted to ρ (rounded down)."
+    )
+    delta: Delta | None = Field(default=None, description="The δ of `epsilon`.")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PrivacyAmount:
+        if (self.epsilon is None) != (self.delta is None):
+            raise PydanticCustomError(
+                "privacy_amount", "epsilon and delta are given together (or not at all)"
+            )
+        if self.rho is not None and self.epsilon is not None:
+            raise PydanticCustomError("privacy_amount", "give rho or epsilon with delta, not both")
+        return self
+
+    @property
+    def gives_amount(self) -> bool:
+        return self.rho is not None or self.epsilon is not None
+
+    def amount_units(self, *, rounding: Rounding) -> int | None:
+        """The amount in ledger units (None if neither form was given)."""
+        if self.rho is not None:
+            return rho_units(self.rho, rounding=rounding)
+        if self.epsilon is not None and self.delta is not None:
+            return rho_units_from_epsilon(self.epsilon, self.delta)
+        return None
+
+    def required_units(self, *, rounding: Rounding) -> int:
+        units = self.amount_units(rounding=rounding)
+        if units is None:
+            raise InvalidRequest("give rho, or epsilon with delta", field="rho")
+        return units
+
+
 class TenantCreate(RequestBody):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"name": "census-analysts"}]}
     )
-    name: str = Field(min_length=1, max_length=200, description="Unique tenant name.")
+    name: Name = Field(description="Unique tenant name.")
 
 
 class TenantOut(BaseModel):
@@ -46,17 +97,24 @@ class TenantCreated(TenantOut):
     api_key: str = Field(description="The tenant's bearer key. Shown only in this response.")
 
 
-class GrantCreate(RequestBody):
+class GrantCreate(PrivacyAmount):
+    """The tenant's limit on this dataset: `rho` (rounded down to the ledger's unit of
+    1e-12), or `epsilon` and `delta` converted to ρ."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"tenant_id": "6f1c2b3a-0d4e-4f5a-9b8c-7d6e5f4a3b2c", "rho": 0.5}]
+            "examples": [
+                {"tenant_id": "6f1c2b3a-0d4e-4f5a-9b8c-7d6e5f4a3b2c", "rho": 0.5},
+                {
+                    "tenant_id": "6f1c2b3a-0d4e-4f5a-9b8c-7d6e5f4a3b2c",
+                    "epsilon": 1.0,
+                    "delta": 1e-6,
+                },
+            ]
         },
     )
-    tenant_id: str = Field(min_length=1, max_length=36)
-    rho: float | str = Field(
-        description="The tenant's ρ limit on this dataset: positive, at most 12 decimal places."
-    )
+    tenant_id: ResourceId
 
 
 class GrantOut(BaseModel):
@@ -146,8 +204,17 @@ class LedgerEntryOut(BaseModel):
 
 
 class HealthOut(BaseModel):
+    """Liveness: the process answers (it says nothing about the database)."""
+
     status: Literal["ok"]
+
+
+class ReadyOut(BaseModel):
+    """Readiness: the database answers and its schema is the one this process needs."""
+
+    status: Literal["ready"]
     database: Literal["ok"]
+    schema_revision: str
 
 
 class ErrorDetail(BaseModel):

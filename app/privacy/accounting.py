@@ -218,6 +218,8 @@ def rho_from_epsilon(epsilon: float, delta: float, *, rtol: float = 1e-12) -> fl
     # Invariant: ε(lo) ≤ epsilon < ε(hi); return lo so the conversion never exceeds the target.
     while hi - lo > rtol * hi:
         mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):  # adjacent floats (near zero, rtol·hi underflows): done
+            break
         if epsilon_from_rho(mid, delta) <= epsilon:
             lo = mid
         else:

@@ -54,7 +54,7 @@ def load_context(
 
     gaussian = tuple(
         to_pgm(record)
-        for record in list_for_dataset(session, dataset_id)
+        for record in list_for_dataset(session, dataset_id, active_only=True)
         if record.id <= high_water and record.noise == "gaussian"
     )
     unmeasured: dict[Attrs, tuple[UnmeasuredBound, np.ndarray]] = {}

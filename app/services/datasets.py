@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from app.db import Dataset, DatasetColumn, Grant
 from app.errors import InvalidRequest, NotFound, PrivqError
 from app.ingest import IngestError, encode_csv, pack_column, unpack_column
+from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
 
 MAX_DATASET_NAME_LENGTH = 200
@@ -55,11 +56,33 @@ def _upload_error(error: IngestError) -> UploadRefused:
 
 
 def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
-    """The curator's schema (either API.md form, as JSON text or parsed); 422 if invalid."""
+    """The curator's schema (either API.md form, as JSON text or parsed); 422 if invalid.
+
+    Beyond the schema's own rules: names and values without control characters (they
+    are stored, listed and logged), and numeric bin edges within ±MAX_COORDINATE (a
+    moment of a bin midpoint must stay a finite float).
+    """
     try:
-        return parse_schema(schema_obj)
+        schema = parse_schema(schema_obj)
     except SchemaError as error:
         raise InvalidRequest(f"invalid schema: {error}") from None
+    except RecursionError:
+        raise InvalidRequest("invalid schema: nested too deeply") from None
+    for index, attribute in enumerate(schema.attributes):
+        where = f"invalid schema: attribute {index}"
+        for text in (attribute.name, *(attribute.values or ())):
+            found = control_character(str(text))
+            if found is not None:
+                raise InvalidRequest(
+                    f"{where}: names and values must not contain control characters "
+                    f"(found {describe_character(found)})"
+                )
+        for edge in attribute.bins or ():
+            if abs(edge) > MAX_COORDINATE:
+                raise InvalidRequest(
+                    f"{where}: bin edges must lie within ±{format_limit(MAX_COORDINATE)}"
+                )
+    return schema
 
 
 def create_dataset(
@@ -75,6 +98,11 @@ def create_dataset(
     name = name.strip()
     if not name or len(name) > MAX_DATASET_NAME_LENGTH:
         raise InvalidRequest(f"dataset name must be 1 to {MAX_DATASET_NAME_LENGTH} characters")
+    found = control_character(name)
+    if found is not None:
+        raise InvalidRequest(
+            f"dataset name must not contain control characters (found {describe_character(found)})"
+        )
     try:
         table = encode_csv(stream, schema, max_bytes=max_bytes)
     except IngestError as error:

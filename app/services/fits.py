@@ -9,7 +9,9 @@ a fit runs wait for the lock; the next fit includes all of their measurements at
 once, and the others find themselves covered.
 
 The fit itself runs outside any transaction (it can take seconds); the new version
-is written in a short one, only while the lock is still this worker's.
+is written in a short one, only while the lock is still this worker's. A measurement
+the fit cannot use is quarantined rather than left to fail every later fit
+(`app.services.quarantine`); the last good version keeps answering meanwhile.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from sqlalchemy.orm import Session
 
 from app.db import Database, FitLock, utcnow
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord, fit
+from app.pgm.estimation import FitRecord
 from app.pgm.model import GraphicalModel
 from app.services import measurements as measurement_service
 from app.services import models as model_service
+from app.services import quarantine
 
 Progress = Callable[[dict[str, object]], None]
 
@@ -95,10 +98,19 @@ def release(database: Database, dataset_id: str, *, owner: str) -> None:
 
 
 def covering_version(database: Database, dataset_id: str, high_water: int) -> int | None:
-    """The latest version if it includes every measurement up to `high_water`."""
+    """The latest version if it covers every active measurement up to `high_water`.
+
+    Quarantined measurements need no covering (no fit includes them); if nothing up to
+    `high_water` is active, the latest version (0 before the first) covers it.
+    """
     with database.read_only() as session:
         latest = model_service.latest_version_row(session, dataset_id)
-        if latest is not None and latest.high_water >= high_water:
+        needed = measurement_service.high_water(
+            session, dataset_id=dataset_id, up_to=high_water, active_only=True
+        )
+        if needed == 0:
+            return latest.version if latest is not None else 0
+        if latest is not None and latest.high_water >= needed:
             return latest.version
     return None
 
@@ -111,14 +123,33 @@ def fit_now(
     owner: str,
     options: FitOptions,
     progress: Progress,
-) -> int:
-    """Fit over every measurement of the dataset and store the next version (lock held)."""
+) -> int | None:
+    """Fit over every usable measurement of the dataset and store the next version (lock held).
+
+    Measurements that cannot be fitted are quarantined first; if the fit fails all the
+    same, the new measurement that breaks it is found, quarantined, and the fit runs
+    again without it (`app.services.quarantine`). A failure no new measurement explains
+    is raised, and the last good version keeps answering. Returns the new version, or
+    None if quarantining left nothing the latest version lacks (or nothing at all).
+    """
     with database.read_only() as session:
-        pgm_measurements, high_water = measurement_service.load_for_fit(session, dataset_id)
+        records = measurement_service.list_for_dataset(session, dataset_id, active_only=True)
+        # Every measurement up to here is decided: fitted, or quarantined below.
+        high_water = measurement_service.high_water(session, dataset_id=dataset_id)
         latest = model_service.latest_version_row(session, dataset_id)
         warm_start = (
             model_service.load_model(session, dataset_id, latest.version) if latest else None
         )
+    unusable = {
+        r.id: reason
+        for r in records
+        if (reason := quarantine.unfittable_reason(r, domain)) is not None
+    }
+    quarantine.quarantine(database, unusable)
+    usable = {r.id: measurement_service.to_pgm(r) for r in records if r.id not in unusable}
+    fitted_before = latest.high_water if latest is not None else 0
+    base = [i for i in usable if i <= fitted_before]
+    new = [i for i in usable if i > fitted_before]
     last_report = 0.0
 
     def on_iteration(iteration: int, loss: float) -> None:
@@ -128,17 +159,46 @@ def fit_now(
             last_report = now
             progress({"stage": "fitting", "iteration": iteration, "loss": float(loss)})
 
-    progress({"stage": "fitting", "iteration": 0, "measurements": len(pgm_measurements)})
-    model, record = fit(
-        domain,
-        pgm_measurements,
-        solver=options.solver,
-        warm_start=warm_start,
-        max_iterations=options.max_iterations,
-        tolerance=options.tolerance,
-        callback=on_iteration,
-        max_model_cells=options.max_model_cells,
-    )
+    def fit_over(ids: list[int]) -> tuple[GraphicalModel, FitRecord]:
+        return quarantine.checked_fit(
+            domain,
+            [usable[i] for i in ids],
+            solver=options.solver,
+            warm_start=warm_start,
+            max_iterations=options.max_iterations,
+            tolerance=options.tolerance,
+            callback=on_iteration,
+            max_model_cells=options.max_model_cells,
+        )
+
+    def fails(ids: list[int]) -> bool:
+        if not ids:
+            return False
+        try:
+            fit_over(ids)
+        except quarantine.FitFailed:
+            return True
+        return False
+
+    quarantined = set(unusable)
+    while True:
+        if not base and not new:
+            return None
+        if quarantined and not new:
+            # All the latest version lacked was quarantined: it covers what is left.
+            return None
+        progress({"stage": "fitting", "iteration": 0, "measurements": len(base) + len(new)})
+        try:
+            model, record = fit_over(base + new)
+            break
+        except quarantine.FitFailed as failure:
+            culprit = quarantine.find_culprit(fails, base, new)
+            if culprit is None:
+                raise failure.__cause__ or failure from None
+            quarantine.quarantine(database, {culprit: f"the model fit failed with it ({failure})"})
+            new.remove(culprit)
+            quarantined.add(culprit)
+            progress({"quarantined": sorted(quarantined)})
     with database.unit_of_work() as session:
         lock = session.scalars(
             select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()
@@ -151,7 +211,7 @@ def fit_now(
             model=model,
             record=record,
             high_water=high_water,
-            measurement_count=len(pgm_measurements),
+            measurement_count=len(base) + len(new),
         )
         return saved.version
 

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 
 from app.db import Dataset, Grant, Tenant
 from app.errors import AlreadyExists, InvalidRequest, NotFound, RhoTotalExceeded
-from app.services.rho import units_to_decimal_str, units_to_rho
+from app.limits import MAX_RHO, format_limit
+from app.services.rho import MAX_RHO_UNITS, units_to_decimal_str, units_to_rho
 
 
 def granted_units(session: Session, dataset_id: str) -> int:
@@ -26,10 +27,14 @@ def create_grant(session: Session, *, dataset_id: str, tenant_id: str, rho_units
     """Give the tenant a budget of `rho_units` on the dataset; never commits.
 
     409 `already_exists` if the tenant already holds a grant on it; 409
-    `rho_total_exceeded` if the dataset's grants would then sum past its rho_total.
+    `rho_total_exceeded` if the dataset's grants would then sum past its rho_total,
+    or past `MAX_RHO` in all (which keeps every sum of the dataset's ledger within a
+    64-bit integer).
     """
     if rho_units <= 0:
         raise InvalidRequest("rho must be positive")
+    if rho_units > MAX_RHO_UNITS:
+        raise InvalidRequest(f"rho must be at most {format_limit(MAX_RHO)}")
     # Lock the dataset row so concurrent grants cannot both fit under rho_total.
     dataset = session.scalars(
         select(Dataset).where(Dataset.id == dataset_id).with_for_update()
@@ -43,18 +48,18 @@ def create_grant(session: Session, *, dataset_id: str, tenant_id: str, rho_units
     ).first()
     if existing is not None:
         raise AlreadyExists("this tenant already holds a grant on this dataset")
-    if dataset.rho_total_units is not None:
-        already_granted = granted_units(session, dataset_id)
-        if already_granted + rho_units > dataset.rho_total_units:
-            available = dataset.rho_total_units - already_granted
-            raise RhoTotalExceeded(
-                "the dataset's grants may total at most "
-                f"rho={units_to_decimal_str(dataset.rho_total_units)}; "
-                f"rho={units_to_decimal_str(already_granted)} is already granted, so at most "
-                f"rho={units_to_decimal_str(max(available, 0))} can be added",
-                rho_total=units_to_rho(dataset.rho_total_units),
-                rho_available=units_to_rho(max(available, 0)),
-            )
+    already_granted = granted_units(session, dataset_id)
+    cap = MAX_RHO_UNITS if dataset.rho_total_units is None else dataset.rho_total_units
+    if already_granted + rho_units > cap:
+        available = cap - already_granted
+        raise RhoTotalExceeded(
+            "the dataset's grants may total at most "
+            f"rho={units_to_decimal_str(cap)}; "
+            f"rho={units_to_decimal_str(already_granted)} is already granted, so at most "
+            f"rho={units_to_decimal_str(max(available, 0))} can be added",
+            rho_total=units_to_rho(cap),
+            rho_available=units_to_rho(max(available, 0)),
+        )
     grant = Grant(tenant_id=tenant_id, dataset_id=dataset_id, rho_limit_units=rho_units)
     session.add(grant)
     session.flush()

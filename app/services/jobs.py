@@ -7,9 +7,9 @@ PostgreSQL; on SQLite the IMMEDIATE transaction already serialises claimers — 
 hold a lease they renew while they work. A job whose lease expired (its worker died)
 is claimable again; after `MAX_ATTEMPTS` claims it fails for good.
 
-A job that fails keeps its ρ spent if any noise was drawn for it (the measurement
-rows exist: they are releases); otherwise the ledger records a refund in the same
-transaction as the failure.
+A job that fails (or is abandoned) is refunded, in the same transaction, exactly the
+ρ it has not used on data (`app.services.refunds`): all of it if no noise was drawn,
+the unused rounds of a mechanism stopped part-way; noise drawn stays charged.
 
 `JobRunner` is what a job handler (a plain measurement, or a mechanism in
 `app.services.mechanisms`) needs from whoever runs it; `app.worker.Worker` is one.
@@ -30,7 +30,7 @@ from app.config import Settings
 from app.db import Database, Job, MeasurementRecord, utcnow
 from app.errors import NotFound
 from app.pgm.domain import Domain
-from app.services import ledger
+from app.services import refunds
 
 MAX_ATTEMPTS = 3
 ERROR_MESSAGE_LENGTH = 500
@@ -101,6 +101,7 @@ def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool
                 session,
                 job,
                 f"abandoned: {job.attempts} workers stopped while running this job",
+                reason="job abandoned",
             )
             continue
         job.status = "running"
@@ -193,19 +194,16 @@ def noise_drawn(session: Session, job_id: str) -> bool:
     return bool(count)
 
 
-def fail(session: Session, job: Job, message: str) -> int:
-    """Fail the job for good; refund its charge if no noise was drawn. Returns units refunded."""
+def fail(session: Session, job: Job, message: str, *, reason: str = "job failed") -> int:
+    """Fail the job for good and refund the ρ it has not used on data
+    (`refunds.refund_unused`: all of it if no noise was drawn). Returns units refunded."""
     job.status = "failed"
     job.error = message[:ERROR_MESSAGE_LENGTH]
     job.lease_owner = None
     job.lease_expires_at = None
     job.finished_at = utcnow()
     job.progress = {**(job.progress or {}), "stage": "failed"}
-    refunded = 0
-    if not noise_drawn(session, job.id):
-        refunded = ledger.refund(
-            session, job_id=job.id, description="job failed before any noise was drawn"
-        )
+    refunded = refunds.refund_unused(session, job, reason=reason)
     session.flush()
     return refunded
 

@@ -29,16 +29,17 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db import Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, LedgerInvariantViolated
 from app.ingest import pack_column, unpack_column
+from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.privacy import noise
-from app.privacy.accounting import exact_rho, smallest_scale_for_rho
+from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
-from app.services.rho import UNITS_PER_RHO, rho_units, rho_units_ceil, units_to_rho
+from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
 MAX_MARGINALS_PER_REQUEST = 1000
@@ -101,7 +102,9 @@ def check_attribute_sets(
 def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
     """The distinct attribute sets measured on the dataset so far (and queued, not yet measured)."""
     rows = session.scalars(
-        select(MeasurementRecord.attributes).where(MeasurementRecord.dataset_id == dataset_id)
+        select(MeasurementRecord.attributes).where(
+            MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active"
+        )
     ).all()
     sets = {tuple(r) for r in rows}
     # Measurement jobs not yet run will add theirs too: count them, or two requests
@@ -147,32 +150,58 @@ def plan(
     marginals: Sequence[Sequence[str]],
     *,
     noise_kind: str,
-    rho: float | str | None,
+    rho_units_total: int | None,
     scale: float | None,
     max_marginal_cells: int,
 ) -> MeasurementPlan:
-    """Validate a request and price it exactly (no database)."""
+    """Validate a request and price it exactly (no database).
+
+    Exactly one of `rho_units_total` (the charge, already in ledger units) and `scale`
+    (σ or b, within `app.limits`' noise range; charged its exact cost rounded up).
+    """
     if noise_kind not in NOISE_KINDS:
         raise InvalidRequest(f"noise must be one of {list(NOISE_KINDS)}, not {noise_kind!r}")
     checked = check_attribute_sets(domain, marginals, max_cells=max_marginal_cells)
     k = len(checked)
     scale_name = "sigma" if noise_kind == "gaussian" else "scale"
-    if (rho is None) == (scale is None):
+    if (rho_units_total is None) == (scale is None):
         raise InvalidRequest(f"give exactly one of rho or {scale_name}")
-    if rho is not None:
-        units = rho_units(rho)
+    if rho_units_total is not None:
+        if not 0 < rho_units_total <= MAX_RHO_UNITS:
+            raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
+        units = rho_units_total
         chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), k)
     else:
-        assert scale is not None
-        if not (math.isfinite(scale) and scale > 0):
-            raise InvalidRequest(f"{scale_name} must be a positive number")
+        if not (
+            isinstance(scale, (int, float))
+            and math.isfinite(scale)
+            and MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE
+        ):
+            raise InvalidRequest(
+                f"{scale_name} must be a number with {format_limit(MIN_NOISE_SCALE)} ≤ "
+                f"{scale_name} ≤ {format_limit(MAX_NOISE_SCALE)}",
+                field=scale_name,
+            )
         chosen = float(scale)
         units = rho_units_ceil(exact_rho(noise_kind, chosen, k), field=scale_name)
+        if units > MAX_RHO_UNITS:
+            raise InvalidRequest(
+                f"{k} marginal(s) at {scale_name}={chosen} would cost more than "
+                f"rho={format_limit(MAX_RHO)}",
+                field=scale_name,
+            )
+    # The noise must be storable and fittable exactly (see app.limits); a ρ share this
+    # small cannot happen within the ρ and marginal limits, but a changed limit could.
+    if chosen > MAX_NOISE_SCALE:
+        raise InvalidRequest(
+            f"this ρ spread over {k} marginal(s) needs noise above "
+            f"{scale_name}={format_limit(MAX_NOISE_SCALE)}; give more ρ or fewer marginals"
+        )
     # OpenDP's own privacy map must agree that this is within what we charge.
     per_marginal = noise.privacy_map(cast(noise.NoiseKind, noise_kind), chosen)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
     if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
-        raise RuntimeError("OpenDP's privacy map exceeds the charge; refusing to measure")
+        raise BudgetOverspent("OpenDP's privacy map exceeds the charge; refusing to measure")
     return MeasurementPlan(checked, noise_kind, chosen, units)
 
 
@@ -212,7 +241,8 @@ def submit(
         description=description,
     )
     if charge.replayed:
-        assert charge.job_id is not None
+        if charge.job_id is None:  # every charge this path writes names its job
+            raise LedgerInvariantViolated("an idempotent replay found a charge without a job")
         return jobs.get(session, charge.job_id), charge
     # Raising here rolls the charge back with the rest of the transaction.
     check_model_size(session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells)
@@ -361,28 +391,35 @@ def to_pgm(record: MeasurementRecord) -> Measurement:
     )
 
 
-def load_for_fit(session: Session, dataset_id: str) -> tuple[list[Measurement], int]:
-    """Every measurement of the dataset as pgm Measurements, and the largest id included."""
-    records = list_for_dataset(session, dataset_id)
-    high_water = max((r.id for r in records), default=0)
-    return [to_pgm(r) for r in records], high_water
-
-
-def high_water(session: Session, *, dataset_id: str, job_id: str | None = None) -> int:
+def high_water(
+    session: Session,
+    *,
+    dataset_id: str,
+    job_id: str | None = None,
+    up_to: int | None = None,
+    active_only: bool = False,
+) -> int:
+    """The largest measurement id of the dataset (of one job, up to an id, active only)."""
     query = select(func.coalesce(func.max(MeasurementRecord.id), 0)).where(
         MeasurementRecord.dataset_id == dataset_id
     )
     if job_id is not None:
         query = query.where(MeasurementRecord.job_id == job_id)
+    if up_to is not None:
+        query = query.where(MeasurementRecord.id <= up_to)
+    if active_only:
+        query = query.where(MeasurementRecord.status == "active")
     return int(session.scalar(query) or 0)
 
 
-def list_for_dataset(session: Session, dataset_id: str) -> Sequence[MeasurementRecord]:
-    return session.scalars(
-        select(MeasurementRecord)
-        .where(MeasurementRecord.dataset_id == dataset_id)
-        .order_by(MeasurementRecord.id)
-    ).all()
+def list_for_dataset(
+    session: Session, dataset_id: str, *, active_only: bool = False
+) -> Sequence[MeasurementRecord]:
+    """The dataset's measurements, oldest first; `active_only` leaves out quarantined ones."""
+    query = select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id)
+    if active_only:
+        query = query.where(MeasurementRecord.status == "active")
+    return session.scalars(query.order_by(MeasurementRecord.id)).all()
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:

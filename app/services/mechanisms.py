@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session
 from app.db import Job, MeasurementRecord
 from app.errors import InvalidRequest
 from app.ingest import unpack_column
+from app.limits import MAX_RHO, format_limit
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy.accounting import BudgetOverspent
@@ -44,10 +45,10 @@ from app.privacy.mechanisms import (
     run_mwem,
 )
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, ledger
+from app.services import fits, jobs, ledger, quarantine
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
-from app.services.rho import UNITS_PER_RHO, rho_units, units_to_rho
+from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
 
 # Every workload-adaptive mechanism a job may run, by the name its route and job use.
 RUNNERS: dict[str, Callable[..., MechanismResult]] = {"aim": run_aim, "mwem": run_mwem}
@@ -81,7 +82,7 @@ def plan(
     kind: str,
     domain: Domain,
     *,
-    rho: float | str,
+    rho_units_total: int,
     workload: Sequence[Sequence[str]] | None,
     max_model_cells: int | None,
     rounds: int | None,
@@ -92,7 +93,9 @@ def plan(
     """Validate a mechanism request (no database writes); the job's params and its exact ρ."""
     if kind not in MECHANISMS:
         raise InvalidRequest(f"unknown mechanism {kind!r}")
-    units = rho_units(rho)
+    if not 0 < rho_units_total <= MAX_RHO_UNITS:
+        raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
+    units = rho_units_total
     checked = check_workload(domain, workload, max_marginal_cells=settings_max_marginal_cells)
     cap = settings_max_model_cells if max_model_cells is None else max_model_cells
     if not 1 <= cap <= settings_max_model_cells:
@@ -137,7 +140,7 @@ def submit(
     tenant_id: str,
     dataset_id: str,
     settings: Any,
-    rho: float | str,
+    rho_units_total: int,
     workload: Sequence[Sequence[str]] | None,
     max_model_cells: int | None,
     rounds: int | None,
@@ -149,7 +152,7 @@ def submit(
     params, units = plan(
         kind,
         domain,
-        rho=rho,
+        rho_units_total=rho_units_total,
         workload=workload,
         max_model_cells=max_model_cells,
         rounds=rounds,
@@ -223,7 +226,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         completed = stored_rounds(session, job.id)
         others = [
             measurement_service.to_pgm(r)
-            for r in measurement_service.list_for_dataset(session, job.dataset_id)
+            for r in measurement_service.list_for_dataset(session, job.dataset_id, active_only=True)
             if r.job_id != job.id
         ]
     rho = units_to_rho(params["rho_units"]) * SAFETY
@@ -295,6 +298,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
         version = worker.fit_covering(job, job_high_water, domain)
+        quarantine.check_job(worker.database, job.id)
     return {
         "model_version": version,
         "rounds": len(result.rounds),

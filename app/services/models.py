@@ -275,7 +275,7 @@ def load_model(session: Session, dataset_id: str, version: int) -> GraphicalMode
 def covered_measurements(
     session: Session, dataset_id: str, high_water: int
 ) -> tuple[CoveredMeasurement, ...]:
-    """The dataset's measurements with id ≤ high_water (what a version was fitted on).
+    """The dataset's active measurements with id ≤ high_water (what a version was fitted on).
 
     Reads only the public description of each measurement, never its noisy values.
     """
@@ -286,7 +286,11 @@ def covered_measurements(
             MeasurementRecord.noise,
             MeasurementRecord.scale,
         )
-        .where(MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.id <= high_water)
+        .where(
+            MeasurementRecord.dataset_id == dataset_id,
+            MeasurementRecord.id <= high_water,
+            MeasurementRecord.status == "active",
+        )
         .order_by(MeasurementRecord.id)
     ).all()
     return tuple(

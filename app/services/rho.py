@@ -3,25 +3,36 @@
 Every ρ the service stores or sums is an integer number of units, so budget
 arithmetic is exact on every backend: twenty charges of 0.05 are exactly 1.0.
 
-- `rho_units(value)` — a ρ given by a client, exactly; refuses zero, negatives,
-  non-finite values and more precision than 1e-12 (422).
+- `rho_units(value, rounding=...)` — a ρ given by a client, with any number of
+  digits: a limit (grant, rho_total) is rounded DOWN to the unit, a charge UP, so
+  neither ever allows more privacy loss than was asked for; `"exact"` refuses
+  anything finer than the unit. Zero, negatives, non-finite values and more than
+  `app.limits.MAX_RHO` are refused (422).
 - `rho_units_ceil(value)` — a ρ computed by the service (e.g. 1/(2σ²) from a
   client's σ), rounded UP to the next unit so a charge never under-counts the
   privacy loss.
+- `rho_units_from_epsilon(epsilon, delta)` — the ρ whose tight (ε, δ) conversion
+  (the one GET /budget reports) does not exceed ε, rounded DOWN to the unit.
 - `units_to_rho(units)` (float for JSON) and `units_to_decimal_str(units)` (exact).
 """
 
 from __future__ import annotations
 
 import math
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from fractions import Fraction
 from numbers import Real
+from typing import Literal
 
 from app.errors import InvalidRequest
+from app.limits import MAX_RHO, format_limit
+from app.privacy.accounting import epsilon_from_rho, rho_from_epsilon
 
 RHO_UNIT_EXPONENT = 12
-UNITS_PER_RHO = 10**RHO_UNIT_EXPONENT
+UNITS_PER_RHO: int = 10**RHO_UNIT_EXPONENT
+MAX_RHO_UNITS = int(MAX_RHO) * UNITS_PER_RHO
+
+Rounding = Literal["down", "up", "exact"]
 
 
 def _as_decimal(value: Decimal | float | str, field: str) -> Decimal:
@@ -37,18 +48,82 @@ def _as_decimal(value: Decimal | float | str, field: str) -> Decimal:
     return number
 
 
-def rho_units(value: Decimal | float | str, *, field: str = "rho") -> int:
-    """The exact number of units in a client-given ρ; 422 unless positive with ≤12 decimals."""
+def _check_units(units: int, field: str, shown: Decimal | float) -> int:
+    if units > MAX_RHO_UNITS:
+        raise InvalidRequest(
+            f"{field} must be at most {format_limit(MAX_RHO)}, got {shown}",
+            field=field,
+            range=f"0 < {field} ≤ {format_limit(MAX_RHO)}",
+        )
+    return units
+
+
+def rho_units(
+    value: Decimal | float | str, *, field: str = "rho", rounding: Rounding = "exact"
+) -> int:
+    """The units in a client-given ρ: rounded down (limits), up (charges) or exact.
+
+    422 unless positive, finite and at most MAX_RHO; with "exact", also unless it is a
+    whole number of units; with "down", also if it rounds to nothing.
+    """
     number = _as_decimal(value, field)
     if number <= 0:
-        raise InvalidRequest(f"{field} must be positive, got {number}")
+        raise InvalidRequest(f"{field} must be positive, got {number}", field=field)
     units = number.scaleb(RHO_UNIT_EXPONENT)
-    if units != units.to_integral_value():
+    if rounding == "down":
+        whole = units.to_integral_value(rounding=ROUND_FLOOR)
+        if whole == 0:
+            raise InvalidRequest(
+                f"{field} is smaller than the ledger's unit of 1e-12: {number}", field=field
+            )
+    elif rounding == "up":
+        whole = units.to_integral_value(rounding=ROUND_CEILING)
+    else:
+        whole = units.to_integral_value()
+        if units != whole:
+            raise InvalidRequest(
+                f"{field} has more precision than the ledger keeps (1e-12): {number}",
+                field=field,
+            )
+    return _check_units(int(whole), field, number)
+
+
+def rho_units_from_epsilon(epsilon: float, delta: float, *, field: str = "epsilon") -> int:
+    """Units of the largest ρ whose tight (ε, δ) conversion is at most `epsilon`, rounded down.
+
+    The conversion is the Canonne–Kamath–Steinke bound GET /budget reports; rounding
+    down keeps the promise "no more than ε at δ".
+    """
+    for name, number in ((field, epsilon), ("delta", delta)):
+        if isinstance(number, bool) or not math.isfinite(number):
+            raise InvalidRequest(f"{name} must be a finite number", field=name)
+    if not epsilon > 0:
+        raise InvalidRequest(f"{field} must be positive", field=field)
+    if not 0 < delta < 1:
+        raise InvalidRequest("delta must be between 0 and 1 (exclusive)", field="delta")
+    if epsilon_from_rho(1 / UNITS_PER_RHO, delta) > epsilon:
         raise InvalidRequest(
-            f"{field} has more precision than the ledger keeps (at most 12 decimal places): "
-            f"{number}"
+            f"{field}={epsilon} at delta={delta} allows less than the ledger's unit of ρ (1e-12)",
+            field=field,
         )
-    return int(units)
+    try:
+        rho = rho_from_epsilon(epsilon, delta)
+    except ValueError:  # ε beyond what any ρ ≤ 10¹² reaches
+        raise InvalidRequest(
+            f"{field}={epsilon} at delta={delta} is more than ρ={format_limit(MAX_RHO)} gives",
+            field=field,
+        ) from None
+    units = math.floor(Fraction(rho) * UNITS_PER_RHO)
+    # The bisection's ρ satisfies the bound; the unit below it then does too — but check
+    # with the same conversion, so the promise rests on what is reported, not on algebra.
+    while units > 0 and epsilon_from_rho(units / UNITS_PER_RHO, delta) > epsilon:
+        units -= max(1, units // 10**9)
+    if units <= 0:
+        raise InvalidRequest(
+            f"{field}={epsilon} at delta={delta} allows less than the ledger's unit of ρ (1e-12)",
+            field=field,
+        )
+    return _check_units(units, field, Decimal(units).scaleb(-RHO_UNIT_EXPONENT))
 
 
 def rho_units_ceil(value: Fraction | Decimal | float, *, field: str = "rho") -> int:

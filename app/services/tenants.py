@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.db import ServiceSecret, Tenant
 from app.errors import AlreadyExists, InvalidRequest, NotFound
+from app.limits import control_character, describe_character
 
 TENANT_KEY_PREFIX = "pq_"
 ADMIN_KEY_PREFIX = "pqadmin_"
@@ -47,6 +48,11 @@ def create_tenant(session: Session, *, name: str) -> tuple[Tenant, str]:
     name = name.strip()
     if not name or len(name) > MAX_TENANT_NAME_LENGTH:
         raise InvalidRequest(f"tenant name must be 1 to {MAX_TENANT_NAME_LENGTH} characters")
+    found = control_character(name)
+    if found is not None:
+        raise InvalidRequest(
+            f"tenant name must not contain control characters (found {describe_character(found)})"
+        )
     if session.scalars(select(Tenant.id).where(Tenant.name == name)).first() is not None:
         raise AlreadyExists(f"a tenant named {name!r} already exists")
     api_key = generate_key(TENANT_KEY_PREFIX)

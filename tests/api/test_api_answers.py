@@ -473,7 +473,7 @@ def test_synthetic_default_rows_is_the_models_total(client, world) -> None:
 
 def test_synthetic_refuses_too_many_rows(client, world) -> None:
     message = _error(_get(client, world, "/synthetic", rows=10_000_001), 422)
-    assert message.startswith("rows:")
+    assert message.startswith("query.rows:") and "rows ≤ 1e7" in message
     _error(_get(client, world, "/synthetic", rows=-1), 422)
 
 

@@ -40,7 +40,7 @@ def cks_epsilon_reference(rho: float, delta: float) -> float:
 def test_grant_then_read_budget(client, api) -> None:
     tenant = api.create_tenant()
     dataset = api.upload_dataset()
-    grant = api.grant(dataset["id"], tenant["id"], "0.75")
+    grant = api.grant(dataset["id"], tenant["id"], 0.75)
     assert grant["rho_limit"] == 0.75 and grant["rho_limit_exact"] == "0.75"
     budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=tenant["headers"]).json()
     assert budget["rho_limit"] == 0.75 and budget["rho_spent"] == 0.0
@@ -131,7 +131,7 @@ def test_grant_refusals(client, api) -> None:
 def test_grants_together_may_not_exceed_rho_total(client, api) -> None:
     dataset = api.upload_dataset(rho_total="1.0")
     first, second, third = api.create_tenant(), api.create_tenant(), api.create_tenant()
-    api.grant(dataset["id"], first["id"], "0.6")
+    api.grant(dataset["id"], first["id"], 0.6)
     refused = client.post(
         f"/v1/datasets/{dataset['id']}/grants",
         json={"tenant_id": second["id"], "rho": 0.45},
@@ -141,7 +141,7 @@ def test_grants_together_may_not_exceed_rho_total(client, api) -> None:
     error = refused.json()["error"]
     assert error["code"] == "rho_total_exceeded"
     assert error["rho_available"] == pytest.approx(0.4, abs=1e-15)
-    api.grant(dataset["id"], second["id"], "0.4")  # exactly up to the cap is allowed
+    api.grant(dataset["id"], second["id"], 0.4)  # exactly up to the cap is allowed
     refused_again = client.post(
         f"/v1/datasets/{dataset['id']}/grants",
         json={"tenant_id": third["id"], "rho": 1e-12},

@@ -15,14 +15,15 @@ from app.services import ledger
 from app.services.rho import rho_units
 
 
-def test_healthz_checks_the_database(client, tmp_path) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
+def test_healthz_is_liveness_only(client, tmp_path) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
     broken = Database(f"sqlite:///{tmp_path}/no-such-dir/privq.db")
     settings = Settings(
         database_url=broken.url, admin_key="k" * 32, workers_in_process=0, auto_migrate=False
     )
     with TestClient(create_app(settings, database=broken)) as broken_client:
-        response = broken_client.get("/healthz")
+        assert broken_client.get("/healthz").status_code == 200
+        response = broken_client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "unavailable"
 

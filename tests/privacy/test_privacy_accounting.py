@@ -141,3 +141,10 @@ def test_invalid_inputs() -> None:
     with pytest.raises(ValueError):
         sigma_for_rho(-1.0)
     assert epsilon_from_rho(0.0, 1e-9) == 0.0
+
+
+def test_rho_from_epsilon_ends_when_the_answer_is_next_to_zero() -> None:
+    # ε far below what any representable ρ > 0 gives: the bisection runs down to
+    # adjacent floats near zero, where rtol·hi underflows; it must stop there.
+    rho = rho_from_epsilon(1e-300, 1e-300)
+    assert rho == 0.0 or epsilon_from_rho(rho, 1e-300) <= 1e-300

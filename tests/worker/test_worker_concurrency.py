@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database, Job, MeasurementRecord, ModelVersion
-from app.services import fits
+from app.services import quarantine
 from app.worker import Worker
 
 JOBS = 6
@@ -44,7 +44,7 @@ def test_many_workers_run_each_job_once_and_never_fit_a_dataset_twice_at_once(
     overlaps: list[str] = []
     fits_run: list[int] = []
     guard = threading.Lock()
-    real_fit = fits.fit
+    real_fit = quarantine.fit  # what every model fit calls
 
     def watched_fit(domain: Any, measurements: Any, **kwargs: Any) -> Any:
         with guard:
@@ -58,7 +58,7 @@ def test_many_workers_run_each_job_once_and_never_fit_a_dataset_twice_at_once(
             with guard:
                 running[dataset["id"]] -= 1
 
-    monkeypatch.setattr(fits, "fit", watched_fit)
+    monkeypatch.setattr(quarantine, "fit", watched_fit)
     workers = [Worker(database, settings, poll_seconds=0.01) for _ in range(WORKERS)]
     threads = [threading.Thread(target=w.run_until_idle) for w in workers]
     for thread in threads:

@@ -24,12 +24,31 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from fastapi.responses import StreamingResponse
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
+from app.api.responses import SafeJSONResponse
 from app.api.schemas import RequestBody, error_responses
+from app.api.types import (
+    AttributeName,
+    Coordinate,
+    LabelText,
+    NumberRange,
+    QueryWeight,
+    ResourceId,
+    SafeText,
+    check_label,
+)
 from app.services import answers
 from app.services import models as model_service
 from app.services.models import LoadedModel
@@ -53,6 +72,9 @@ INLINE_MAX_ANSWER_CELLS = 5_000
 INLINE_MAX_QUERIES = 16
 
 Result = TypeVar("Result")
+MOMENT_ORDER = NumberRange("moment", ge=1, le=answers.MAX_MOMENT_ORDER, whole=True)
+SYNTHETIC_ROWS = NumberRange("rows", ge=0, le=answers.MAX_SYNTHETIC_ROWS, whole=True)
+SEED = NumberRange("seed", ge=0, le=2**63 - 1, whole=True)
 
 
 def _loaded_model(database: DatabaseDep, principal: PrincipalDep, dataset_id: str) -> LoadedModel:
@@ -93,39 +115,54 @@ async def _answer(size: answers.WorkSize, compute: Callable[[], Result]) -> Resu
 
 # ---- request bodies -----------------------------------------------------------------
 
-Label = StrictStr | StrictInt | StrictFloat
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+# A value as the schema names it: a label (`"F"`, `"[18, 30)"`) or a number.
+Label = Annotated[StrictStr | StrictInt | StrictFloat, BeforeValidator(check_label)]
+MomentOrder = Annotated[
+    int, MOMENT_ORDER.field("Highest power of the value."), BeforeValidator(MOMENT_ORDER.check)
+]
+# Per query: at most this many attributes named in each of where/by/weights/moments.
+MAX_ATTRIBUTES_PER_CLAUSE = 1000
+MAX_VALUES_PER_LIST = 1_000_000
 
 
 class RangeIn(RequestBody):
     """A half-open range [ge, lt) on original values (numeric and integer attributes)."""
 
-    ge: FiniteFloat | None = None
-    lt: FiniteFloat | None = None
+    ge: Coordinate | None = None
+    lt: Coordinate | None = None
 
 
 class GroupsIn(RequestBody):
     """Named groups of values: one answer row per group."""
 
-    groups: dict[str, list[Label]] = Field(min_length=1)
+    groups: dict[LabelText, list[Label]] = Field(min_length=1, max_length=MAX_ATTRIBUTES_PER_CLAUSE)
 
 
 class FactoredQueryIn(RequestBody):
     """One factored query (Private-PGM appendix B); unmentioned attributes are summed out."""
 
-    where: dict[str, list[Label] | RangeIn] = Field(
+    where: dict[
+        AttributeName, Annotated[list[Label], Field(max_length=MAX_VALUES_PER_LIST)] | RangeIn
+    ] = Field(
         default_factory=dict,
+        max_length=MAX_ATTRIBUTES_PER_CLAUSE,
         description='Evidence: a set of values, or {"ge", "lt"} on original values.',
     )
-    by: dict[str, Literal["value", "cdf"] | GroupsIn] = Field(
+    by: dict[AttributeName, Literal["value", "cdf"] | GroupsIn] = Field(
         default_factory=dict,
+        max_length=MAX_ATTRIBUTES_PER_CLAUSE,
         description="Answer axes: every value, cumulative counts, or named groups.",
     )
-    weights: dict[str, list[FiniteFloat]] = Field(
-        default_factory=dict, description="Any row vector over an attribute's codes."
-    )
-    moments: dict[str, Annotated[int, Field(ge=1, le=answers.MAX_MOMENT_ORDER)]] = Field(
+    weights: dict[
+        AttributeName, Annotated[list[QueryWeight], Field(max_length=MAX_VALUES_PER_LIST)]
+    ] = Field(
         default_factory=dict,
+        max_length=MAX_ATTRIBUTES_PER_CLAUSE,
+        description="Any row vector over an attribute's codes.",
+    )
+    moments: dict[AttributeName, MomentOrder] = Field(
+        default_factory=dict,
+        max_length=MAX_ATTRIBUTES_PER_CLAUSE,
         description="Σ value^k for k = 1..K (bin midpoints for numeric attributes).",
     )
 
@@ -222,10 +259,12 @@ class AnswersOut(BaseModel):
 
 
 @router.get("/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND})
-def read_model(dataset_id: str, database: DatabaseDep, principal: PrincipalDep) -> JSONResponse:
+def read_model(
+    dataset_id: ResourceId, database: DatabaseDep, principal: PrincipalDep
+) -> SafeJSONResponse:
     """The latest model version: cliques, fit figures and the measurements it covers."""
     loaded = _loaded_model(database, principal, dataset_id)
-    return JSONResponse(answers.model_description(loaded))
+    return SafeJSONResponse(answers.model_description(loaded))
 
 
 @router.get(
@@ -234,13 +273,14 @@ def read_model(dataset_id: str, database: DatabaseDep, principal: PrincipalDep) 
     responses={200: {"model": MarginalOut}, **NOT_FOUND, **INVALID},
 )
 async def read_marginals(
-    dataset_id: str,
+    dataset_id: ResourceId,
     request: Request,
     database: DatabaseDep,
     principal: PrincipalDep,
     settings: SettingsDep,
     attrs: Annotated[
-        str, Query(description="Attribute names, comma-separated: `age,sex`.", examples=["age,sex"])
+        SafeText,
+        Query(description="Attribute names, comma-separated: `age,sex`.", examples=["age,sex"]),
     ],
 ) -> Response:
     """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
@@ -256,24 +296,24 @@ async def read_marginals(
     "/count", response_model=None, responses={200: {"model": CountOut}, **NOT_FOUND, **INVALID}
 )
 async def read_count(
-    dataset_id: str,
+    dataset_id: ResourceId,
     request: Request,
     database: DatabaseDep,
     principal: PrincipalDep,
     where: Annotated[
-        list[str],
+        list[SafeText],
         Query(
             description="Repeatable filter: `sex:F,M` (values) or `age:30..45` (half-open "
             "range on original values; either end may be left out).",
             examples=[["sex:F", "age:30..45"]],
         ),
     ] = [],  # noqa: B006 — FastAPI copies query defaults
-) -> JSONResponse:
+) -> SafeJSONResponse:
     """The model's count of records matching every filter (free)."""
     loaded = await _ready_model(request, database, principal, dataset_id)
     count = answers.count_query(loaded, where)
     size = answers.count_size(loaded, count)
-    return await _answer(size, lambda: JSONResponse(answers.count_result(loaded, count)))
+    return await _answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
 
 
 @router.post(
@@ -282,23 +322,25 @@ async def read_count(
     responses={200: {"model": AnswersOut}, **NOT_FOUND, **INVALID},
 )
 async def answer_queries(
-    dataset_id: str,
+    dataset_id: ResourceId,
     request: Request,
     body: QueriesIn,
     database: DatabaseDep,
     principal: PrincipalDep,
     settings: SettingsDep,
-) -> JSONResponse:
+) -> SafeJSONResponse:
     """Factored linear queries answered by variable elimination on the model (free)."""
     loaded = await _ready_model(request, database, principal, dataset_id)
     specs = [query.to_spec() for query in body.queries]
     max_cells = settings.max_marginal_cells
     if len(specs) > INLINE_MAX_QUERIES:
         return await run_in_threadpool(
-            lambda: JSONResponse(answers.queries_answer(loaded, specs, max_cells=max_cells))
+            lambda: SafeJSONResponse(answers.queries_answer(loaded, specs, max_cells=max_cells))
         )
     batch = answers.prepare_queries(loaded, specs, max_cells=max_cells)
-    return await _answer(batch.size, lambda: JSONResponse(answers.answer_prepared(loaded, batch)))
+    return await _answer(
+        batch.size, lambda: SafeJSONResponse(answers.answer_prepared(loaded, batch))
+    )
 
 
 @router.get(
@@ -307,15 +349,20 @@ async def answer_queries(
     responses={200: {"content": {"text/csv": {}}}, **NOT_FOUND, **INVALID},
 )
 def read_synthetic(
-    dataset_id: str,
+    dataset_id: ResourceId,
     database: DatabaseDep,
     principal: PrincipalDep,
     rows: Annotated[
         int | None,
-        Query(ge=0, description="Rows to sample; default the model's estimated total."),
+        SYNTHETIC_ROWS.field("Rows to sample; default the model's estimated total."),
+        BeforeValidator(lambda value: None if value is None else SYNTHETIC_ROWS.check_text(value)),
+        Query(),
     ] = None,
     seed: Annotated[
-        int | None, Query(ge=0, lt=2**63, description="Seed, for a reproducible sample.")
+        int | None,
+        SEED.field("Seed, for a reproducible sample."),
+        BeforeValidator(lambda value: None if value is None else SEED.check_text(value)),
+        Query(),
     ] = None,
 ) -> StreamingResponse:
     """Synthetic records sampled from the model, streamed as CSV in the schema's labels."""

@@ -9,9 +9,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BeforeValidator
 
 from app.api.deps import PrincipalDep, ReadSessionDep
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
+from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
@@ -29,13 +31,18 @@ DEFAULT_DELTA = 1e-6
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_budget(
-    dataset_id: str,
+    dataset_id: ResourceId,
     session: ReadSessionDep,
     principal: PrincipalDep,
     delta: Annotated[
-        float, Query(gt=0, lt=1, description="δ for the (ε, δ) report.")
+        float,
+        DELTA.field("δ for the (ε, δ) report."),
+        BeforeValidator(DELTA.check_text),
+        Query(),
     ] = DEFAULT_DELTA,
-    tenant_id: Annotated[str | None, Query(description="Admin only: whose grant to read.")] = None,
+    tenant_id: Annotated[
+        ResourceId | None, Query(description="Admin only: whose grant to read.")
+    ] = None,
 ) -> BudgetOut:
     """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
     if principal.tenant is not None:
@@ -67,7 +74,7 @@ def read_budget(
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def read_ledger(
-    dataset_id: str, session: ReadSessionDep, principal: PrincipalDep
+    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
     tenant_id = principal.tenant_id

@@ -9,6 +9,7 @@ from fastapi import APIRouter, File, Form, UploadFile, status
 
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
+from app.api.types import Name, ResourceId, SafeText
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
 
@@ -39,7 +40,7 @@ SCHEMA_EXAMPLE = json.dumps(
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
     schema_text: Annotated[
-        str,
+        SafeText,
         Form(
             alias="schema",
             description='The public schema as JSON: {"attributes": [...]} or a size map '
@@ -47,20 +48,29 @@ def upload_dataset(
             examples=[SCHEMA_EXAMPLE, '{"age": 85, "sex": 2}'],
         ),
     ],
-    name: Annotated[str, Form(max_length=200, examples=["adult"])],
+    name: Annotated[Name, Form(examples=["adult"])],
     session: SessionDep,
     settings: SettingsDep,
     _admin: AdminAuth,
     rho_total: Annotated[
         str | None,
-        Form(description="Optional cap on the ρ of all grants together.", examples=["2.0"]),
+        Form(
+            max_length=100,
+            description="Optional cap on the ρ of all grants together: a number with "
+            "0 < rho_total ≤ 1e6, any number of digits (rounded down to 1e-12).",
+            examples=["2.0"],
+        ),
     ] = None,
 ) -> DatasetOut:
     """Upload a CSV: validated against the schema row by row, encoded and stored; nothing
     is stored if any value is outside the schema (the error names the column and lines)."""
     # The JSON text itself, so the parser also catches duplicate keys.
     dataset_schema = dataset_service.parse_dataset_schema(schema_text)
-    rho_total_units = None if rho_total in (None, "") else rho_units(rho_total, field="rho_total")
+    rho_total_units = (
+        None
+        if rho_total in (None, "")
+        else rho_units(rho_total, field="rho_total", rounding="down")
+    )
     dataset = dataset_service.create_dataset(
         session,
         name=name,
@@ -88,7 +98,9 @@ def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[Data
     response_model_exclude_none=True,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-def read_dataset(dataset_id: str, session: ReadSessionDep, principal: PrincipalDep) -> DatasetOut:
+def read_dataset(
+    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
+) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
     tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Header, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
-from app.api.schemas import NO_SUCH_DATASET, RequestBody, error_responses
+from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
+from app.api.types import AttributeName, IdempotencyKeyText, LaplaceScale, ResourceId, Sigma
 from app.db import Job
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
@@ -21,25 +22,34 @@ from app.services.rho import units_to_decimal_str, units_to_rho
 router = APIRouter(tags=["measurements"])
 
 
-class MeasurementRequest(RequestBody):
+# One marginal: its attributes (as many as a dataset may have).
+MarginalIn = Annotated[list[AttributeName], Field(min_length=1, max_length=1000)]
+
+
+class MeasurementRequest(PrivacyAmount):
+    """What to measure and how much noise: give exactly one of `rho` (the total, split
+    equally over the marginals; charged rounded UP to the ledger's unit of 1e-12),
+    `epsilon` with `delta` (converted to ρ, rounded down), or the noise itself (`sigma`
+    for Gaussian, `scale` for Laplace; charged its exact cost rounded up)."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {"marginals": [["age"], ["sex"], ["age", "sex"]], "noise": "gaussian", "rho": 0.1},
                 {"marginals": [["race", "sex"]], "noise": "laplace", "scale": 20},
+                {"marginals": [["age", "sex"]], "epsilon": 1.0, "delta": 1e-6},
             ]
         },
     )
-    marginals: list[list[str]] = Field(
-        description="Attribute sets to measure; each one a marginal of counts."
+    marginals: list[MarginalIn] = Field(
+        min_length=1,
+        max_length=measurement_service.MAX_MARGINALS_PER_REQUEST,
+        description="Attribute sets to measure; each one a marginal of counts.",
     )
     noise: Literal["gaussian", "laplace"] = "gaussian"
-    rho: float | str | None = Field(
-        default=None, description="Total ρ for the request, split equally over the marginals."
-    )
-    sigma: float | None = Field(default=None, description="Gaussian noise std on every count.")
-    scale: float | None = Field(default=None, description="Laplace noise scale on every count.")
+    sigma: Sigma | None = None
+    scale: LaplaceScale | None = None
 
 
 class JobAccepted(BaseModel):
@@ -117,13 +127,17 @@ class MeasurementOut(BaseModel):
     values: list[int] = Field(description="Noisy counts, row-major over the attributes' codes.")
     details: dict[str, Any] | None = None
     created_at: datetime
+    status: Literal["active", "quarantined"] = Field(
+        description="quarantined: a model fit could not use it; it stays a release (and "
+        "charged) but no fit includes it."
+    )
+    quarantine_reason: str | None = None
 
 
 IdempotencyKey = Annotated[
-    str | None,
+    IdempotencyKeyText | None,
     Header(
         alias="Idempotency-Key",
-        max_length=200,
         description="Retry safely: the same key and body return the first job, charged once.",
     ),
 ]
@@ -142,7 +156,7 @@ IdempotencyKey = Annotated[
     ),
 )
 def create_measurement(
-    dataset_id: str,
+    dataset_id: ResourceId,
     body: MeasurementRequest,
     session: SessionDep,
     settings: SettingsDep,
@@ -157,11 +171,14 @@ def create_measurement(
     if wrong_scale is not None:
         right, wrong = ("sigma", "scale") if body.noise == "gaussian" else ("scale", "sigma")
         raise InvalidRequest(f"{body.noise} noise takes {right!r}, not {wrong!r}")
+    if body.gives_amount == (given_scale is not None):
+        scale_name = "sigma" if body.noise == "gaussian" else "scale"
+        raise InvalidRequest(f"give exactly one of rho, epsilon with delta, or {scale_name}")
     plan = measurement_service.plan(
         domain,
         body.marginals,
         noise_kind=body.noise,
-        rho=body.rho,
+        rho_units_total=body.amount_units(rounding="up"),
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
     )
@@ -187,7 +204,7 @@ def create_measurement(
     response_model=JobOut,
     responses=error_responses({404: "No such job (or not yours)."}),
 )
-def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
+def read_job(job_id: ResourceId, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
     tenant_id = principal.tenant_id
     with database.read_only() as session:
@@ -200,7 +217,7 @@ def read_job(job_id: str, database: DatabaseDep, principal: PrincipalDep) -> Job
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
 def list_measurements(
-    dataset_id: str, database: DatabaseDep, principal: PrincipalDep
+    dataset_id: ResourceId, database: DatabaseDep, principal: PrincipalDep
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
     tenant_id = principal.tenant_id
@@ -218,6 +235,8 @@ def list_measurements(
                 values=measurement_service.decoded_values(record),
                 details=record.details,
                 created_at=record.created_at,
+                status=record.status,  # type: ignore[arg-type]
+                quarantine_reason=record.quarantine_reason,
             )
             for record in measurement_service.list_for_dataset(session, dataset_id)
         ]

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, status
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, SessionDep, SettingsDep
-from app.api.routers.measurements import IdempotencyKey, JobAccepted
-from app.api.schemas import NO_SUCH_DATASET, RequestBody, error_responses
+from app.api.routers.measurements import IdempotencyKey, JobAccepted, MarginalIn
+from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
+from app.api.types import NumberRange, ResourceId
 from app.config import Settings
 from app.db import Tenant
 from app.services import measurements as measurement_service
@@ -28,23 +29,35 @@ RESPONSES = error_responses(
 )
 
 
-class AimRequest(RequestBody):
+MODEL_CELLS = NumberRange("max_model_cells", ge=1, le=10**12, whole=True)
+ROUNDS = NumberRange("rounds", ge=1, le=mechanism_service.MAX_MWEM_ROUNDS, whole=True)
+
+
+class AimRequest(PrivacyAmount):
+    """`rho` (charged up front, rounded UP to the ledger's unit of 1e-12), or `epsilon`
+    with `delta` (converted to ρ, rounded down); the workload; an optional model cap."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {"rho": 0.5, "workload": [["age", "sex"], ["race", "income>50K"]]},
                 {"rho": 0.1, "max_model_cells": 100000},
+                {"epsilon": 1.0, "delta": 1e-9},
             ]
         },
     )
-    rho: float | str = Field(description="Total ρ the mechanism may spend (charged up front).")
-    workload: list[list[str]] | None = Field(
-        default=None, description="Marginals you will ask about (default: all 2-way)."
+    workload: list[MarginalIn] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=mechanism_service.MAX_WORKLOAD,
+        description="Marginals you will ask about (default: all 2-way).",
     )
-    max_model_cells: int | None = Field(
-        default=None, description="Cap on the model's size (default: the service's cap)."
-    )
+    max_model_cells: Annotated[
+        int | None,
+        MODEL_CELLS.field("Cap on the model's size (default and at most: the service's cap)."),
+        BeforeValidator(lambda value: value if value is None else MODEL_CELLS.check(value)),
+    ] = None
 
 
 class MwemRequest(AimRequest):
@@ -54,7 +67,11 @@ class MwemRequest(AimRequest):
             "examples": [{"rho": 0.5, "workload": [["age", "sex"], ["race", "sex"]], "rounds": 30}]
         },
     )
-    rounds: int | None = Field(default=None, description="T, the number of rounds (default d).")
+    rounds: Annotated[
+        int | None,
+        ROUNDS.field("T, the number of rounds (default: the number of attributes)."),
+        BeforeValidator(lambda value: value if value is None else ROUNDS.check(value)),
+    ] = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +91,7 @@ class Submission:
             tenant_id=self.tenant.id,
             dataset_id=dataset_id,
             settings=self.settings,
-            rho=body.rho,
+            rho_units_total=body.required_units(rounding="up"),
             workload=body.workload,
             max_model_cells=body.max_model_cells,
             rounds=getattr(body, "rounds", None),
@@ -99,7 +116,7 @@ SubmissionDep = Annotated[Submission, Depends(_submission)]
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_aim(dataset_id: str, body: AimRequest, submission: SubmissionDep) -> JobAccepted:
+def run_aim(dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep) -> JobAccepted:
     """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
     return submission.submit("aim", dataset_id, body)
 
@@ -107,6 +124,6 @@ def run_aim(dataset_id: str, body: AimRequest, submission: SubmissionDep) -> Job
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_mwem(dataset_id: str, body: MwemRequest, submission: SubmissionDep) -> JobAccepted:
+def run_mwem(dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep) -> JobAccepted:
     """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
     return submission.submit("mwem", dataset_id, body)
