@@ -97,46 +97,46 @@ def test_fits_of_different_datasets_run_at_once_and_of_one_dataset_never(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tenant = api.create_tenant()
-    datasets = [api.upload_dataset(adult_slice(300), adult_domain()) for _ in range(2)]
-    attributes = list(adult_domain())
+    # Two datasets whose attribute names differ, so a fit tells which one it is for.
+    lines = adult_slice(300).decode().splitlines()
+    renamed = ",".join(f"b_{name}" for name in lines[0].split(","))
+    datasets = [
+        api.upload_dataset(adult_slice(300), adult_domain()),
+        api.upload_dataset(
+            "\n".join([renamed, *lines[1:]]) + "\n",
+            {f"b_{name}": size for name, size in adult_domain().items()},
+        ),
+    ]
     for dataset in datasets:
         api.grant(dataset["id"], tenant["id"], 1)
     # Interleaved (oldest first: A, B, A, B, …), so the two workers claim one of each.
     for i, dataset in itertools.product(range(3), datasets):
+        names = [a["name"] for a in dataset["attributes"]]
         response = client.post(
             f"/v1/datasets/{dataset['id']}/measurements",
-            json={"marginals": [[attributes[i], attributes[i + 1]]], "rho": 0.1},
+            json={"marginals": [[names[i], names[i + 1]]], "rho": 0.1},
             headers=tenant["headers"],
         )
         assert response.status_code == 202
-    ids_of_fit: dict[int, str] = {}
     running: dict[str, int] = {}
     most_at_once = {"any": 0, "same": 0}
     guard = threading.Lock()
-    real_fit = fits.fit
-    real_load = fits.measurement_service.load_for_fit
-
-    def tagged_load(session: Any, dataset_id: str) -> Any:
-        measurements, high_water = real_load(session, dataset_id)
-        with guard:
-            ids_of_fit[id(measurements)] = dataset_id
-        return measurements, high_water
+    real_fit = quarantine.fit
 
     def slow_fit(domain: Any, measurements: Any, **kwargs: Any) -> Any:
+        key = domain.attributes[0]
         with guard:
-            dataset_id = ids_of_fit[id(measurements)]
-            running[dataset_id] = running.get(dataset_id, 0) + 1
-            most_at_once["same"] = max(most_at_once["same"], running[dataset_id])
+            running[key] = running.get(key, 0) + 1
+            most_at_once["same"] = max(most_at_once["same"], running[key])
             most_at_once["any"] = max(most_at_once["any"], sum(running.values()))
         try:
             time.sleep(0.3)  # long enough for the other worker to start its fit
             return real_fit(domain, measurements, **kwargs)
         finally:
             with guard:
-                running[dataset_id] -= 1
+                running[key] -= 1
 
-    monkeypatch.setattr(fits.measurement_service, "load_for_fit", tagged_load)
-    monkeypatch.setattr(fits, "fit", slow_fit)
+    monkeypatch.setattr(quarantine, "fit", slow_fit)
     workers = [Worker(database, settings, poll_seconds=0.01) for _ in range(2)]
     threads = [threading.Thread(target=w.run_until_idle) for w in workers]
     for thread in threads:
