@@ -52,15 +52,16 @@ class MechanismOptions:
     measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
-    # at most `round_admm_max_cells` cells, ADMM to convergence (selection then sees the
-    # model the measurements really imply: on Adult, ε = 1, the workload error fell from
-    # 0.0416 to 0.0375, median of 3 runs each); above, a warm-started mirror-descent fit
+    # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
+    # convergence, so selection sees the model the measurements really imply (on Adult,
+    # ε = 1, the workload error fell from 0.0416 to 0.0375, median of 3 runs each; with
+    # ADMM only up to 50,000 cells it was 0.0403); above, a warm-started mirror-descent fit
     # of at most `fit_iterations` iterations, stopped early at `round_fit_tolerance`
     # (each round adds one measurement, and its cost is linear in the model's cells).
     # The final fit, which the result and the bounds refer to, runs app.pgm's default
     # solver to convergence.
     fit_solver: str | None = "auto"
-    round_admm_max_cells: int = 50_000
+    round_admm_max_cells: int = 200_000
     fit_iterations: int = 300
     final_fit_solver: str | None = None  # None: app.pgm's default
     final_fit_iterations: int = 500
