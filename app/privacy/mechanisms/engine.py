@@ -66,7 +66,7 @@ class MechanismOptions:
     final_fit_solver: str | None = None  # None: app.pgm's default
     final_fit_iterations: int = 500
     fit_tolerance: float = 1e-7  # of the final fit
-    round_fit_tolerance: float = 1e-4  # of the fits between rounds
+    round_fit_tolerance: float = 1e-4  # of mirror-descent fits between rounds
 
     def __post_init__(self) -> None:
         if self.max_model_cells < 1:
@@ -155,7 +155,11 @@ def fit_model(
         measurements,
         warm_start=warm_start,
         max_iterations=options.final_fit_iterations if final else options.fit_iterations,
-        tolerance=options.fit_tolerance if final else options.round_fit_tolerance,
+        # ADMM between rounds runs to the final fit's tolerance (it converges in a few
+        # hundred cheap iterations); the early stop is for mirror descent on large models.
+        tolerance=options.round_fit_tolerance
+        if not final and solver == "mirror_descent"
+        else options.fit_tolerance,
         max_model_cells=options.max_model_cells,
         **kwargs,
     )
