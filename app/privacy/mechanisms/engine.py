@@ -54,8 +54,8 @@ class MechanismOptions:
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
     # convergence, so selection sees the model the measurements really imply (on Adult,
-    # ε = 1, the workload error fell from 0.0416 to 0.0375, median of 3 runs each; with
-    # ADMM only up to 50,000 cells it was 0.0403); above, a warm-started mirror-descent fit
+    # ε = 1, the workload error fell from 0.0416, median of 3 runs, to 0.0375, median of
+    # 6; with ADMM only up to 50,000 cells it was 0.0403); above, a warm-started mirror-descent fit
     # of at most `fit_iterations` iterations, stopped early at `round_fit_tolerance`
     # (each round adds one measurement, and its cost is linear in the model's cells).
     # The final fit, which the result and the bounds refer to, runs app.pgm's default
