@@ -2,7 +2,9 @@
 
 Every package under app/, found, plus the Alembic scripts: the repository keeps them
 at the top level (alembic/, beside alembic.ini), and the wheel carries them as
-`app.migration_scripts`, where `app.migrations` finds them in an installed copy.
+`app.migration_scripts`, where `app.migrations` finds them in an installed copy. The
+client, `privq_client`, is a top-level package of its own with its `py.typed` marker
+(its dependencies are the `client` extra).
 """
 
 from setuptools import find_packages, setup
@@ -13,7 +15,7 @@ MIGRATIONS = {
 }
 
 setup(
-    packages=[*find_packages(include=["app", "app.*"]), *MIGRATIONS],
+    packages=[*find_packages(include=["app", "app.*", "privq_client"]), *MIGRATIONS],
     package_dir=MIGRATIONS,
-    package_data={"app.migration_scripts": ["script.py.mako"]},
+    package_data={"app.migration_scripts": ["script.py.mako"], "privq_client": ["py.typed"]},
 )

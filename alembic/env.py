@@ -42,6 +42,15 @@ def run_migrations_online() -> None:
     try:
         with engine.connect() as connection:
             is_sqlite = connection.dialect.name == "sqlite"
+            if is_sqlite:
+                # A batch migration rebuilds a table (copy, drop, rename); dropping a table
+                # that other rows reference fails while foreign keys are enforced. SQLite
+                # only switches enforcement outside a transaction; every reference is
+                # checked again before the migration commits (below).
+                # The driver's own connection: SQLAlchemy would BEGIN first.
+                driver = connection.connection.dbapi_connection
+                assert driver is not None
+                driver.execute("PRAGMA foreign_keys=OFF")
             context.configure(
                 connection=connection,
                 target_metadata=target_metadata,
@@ -57,6 +66,10 @@ def run_migrations_online() -> None:
                         {"lock_id": MIGRATION_ADVISORY_LOCK_ID},
                     )
                 context.run_migrations()
+                if is_sqlite:
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"migration left broken references: {broken[:5]}")
     finally:
         engine.dispose()
 

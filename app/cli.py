@@ -1,4 +1,4 @@
-"""The `privq` command: serve | worker | migrate | admin create-tenant.
+"""The `privq` command: serve | worker | migrate | demo, and the operator's commands.
 
 - `privq serve` — the API with uvicorn; on SQLite (the default) it upgrades the
   schema itself and runs one worker thread in the same process.
@@ -9,6 +9,8 @@ out-of-date one is a one-line error naming `privq migrate` and exit status 1.
 - `privq migrate` — upgrade the database schema to the latest revision.
 - `privq admin create-tenant NAME` — create a tenant and print its id and API key.
 - `privq demo [--data-dir DIR]` — the whole loop on Adult, in one process (`app.demo`).
+- `privq tenants|keys|grants|datasets|jobs|ledger …` — what the admin key can do over
+  HTTP, on the host against the database (`app.commands`; `--json` for the API's JSON).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _worker(_args: argparse.Namespace, settings: Settings) -> int:
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
     from app.worker import run_worker  # lazy: only this command needs the worker
 
@@ -83,7 +85,7 @@ def _worker(_args: argparse.Namespace, settings: Settings) -> int:
     if problem is not None:
         return _refuse(problem)
     configure_logging(settings.log_level)
-    run_worker(settings)
+    run_worker(settings, metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     return 0
 
 
@@ -116,7 +118,7 @@ def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     database = Database.from_settings(settings)
     try:
         with database.unit_of_work() as session:
-            tenant, api_key = tenant_service.create_tenant(session, name=args.name)
+            tenant, _key, api_key = tenant_service.create_tenant(session, name=args.name)
     except PrivqError as error:
         print(f"privq: {error.message}", file=sys.stderr)
         return 1
@@ -137,7 +139,9 @@ def _demo(args: argparse.Namespace, _settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from app.commands.output import OneLineErrorParser
+
+    parser = OneLineErrorParser(
         prog="privq", description="Privacy-budgeted query answering service."
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -155,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_serve)
 
     worker = commands.add_parser("worker", help="run a job worker until interrupted")
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve this worker's Prometheus /metrics on PORT (admin key unless "
+        "PRIVQ_METRICS_PUBLIC=true)",
+    )
+    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
     worker.set_defaults(handler=_worker)
 
     demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")
@@ -176,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create_tenant.add_argument("name")
     create_tenant.set_defaults(handler=_create_tenant)
+
+    from app.commands import add_commands  # tenants, keys, grants, datasets, jobs, ledger
+
+    add_commands(commands)
     return parser
 
 

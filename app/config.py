@@ -85,6 +85,11 @@ class Settings(BaseSettings):
         default=1e-6, ge=0, description="Relative tolerance at which a fit stops."
     )
     log_level: str = "INFO"
+    metrics_public: bool = Field(
+        default=False,
+        description="Serve /metrics without the admin key (e.g. to a scraper on a private "
+        "network); by default it needs the admin key.",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -43,6 +43,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -96,16 +97,32 @@ class Base(DeclarativeBase):
 
 
 class Tenant(Base):
-    """An analyst (or team) holding an API key and grants on datasets."""
+    """An analyst (or team) holding API keys and grants on datasets."""
 
     __tablename__ = "tenants"
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Set: every key of the tenant is refused (401 tenant_disabled) until it is cleared.
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ApiKey(Base):
+    """One of a tenant's API keys; several at once make rotation possible without downtime."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(String(36), ForeignKey("tenants.id"), index=True)
     # SHA-256 hex of the key: keys are 256-bit random, so a fast hash suffices.
-    api_key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     key_prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Updated at most once a minute per key, so authenticating rarely writes.
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Set: the key is refused from the next request on; the row stays for the audit.
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ServiceSecret(Base):
@@ -129,7 +146,13 @@ class Dataset(Base):
     schema_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     # The curator's cap on the sum of all grants' limits; NULL means no cap.
     rho_total_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # How models are fitted from the measurements: "mle" or "cgm-em" (app.pgm.estimation).
+    estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Set: the raw records (dataset_columns) were destroyed; the model still answers.
+    records_purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Set: records, measurements and models are gone; the row stays for the ledger's lines.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class DatasetColumn(Base):
@@ -146,11 +169,22 @@ class DatasetColumn(Base):
 
 
 class Grant(Base):
-    """A tenant's ρ limit on one dataset; the ledger's entries are charged against it."""
+    """A tenant's ρ limit on one dataset; the ledger's entries are charged against it.
+
+    A revoked grant keeps its row (the ledger's lines point at it); a tenant holds at
+    most one grant on a dataset that is not revoked, and may be granted again later.
+    """
 
     __tablename__ = "grants"
     __table_args__ = (
-        UniqueConstraint("tenant_id", "dataset_id"),
+        Index(
+            "uq_grants_active_tenant_dataset",
+            "tenant_id",
+            "dataset_id",
+            unique=True,
+            sqlite_where=text("revoked_at IS NULL"),
+            postgresql_where=text("revoked_at IS NULL"),
+        ),
         CheckConstraint("rho_limit_units > 0", name="rho_limit_positive"),
     )
 
@@ -159,6 +193,7 @@ class Grant(Base):
     dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
     rho_limit_units: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class LedgerEntry(Base):
@@ -194,7 +229,9 @@ class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         Index("ix_jobs_status_created_at", "status", "created_at"),
-        CheckConstraint("status IN ('queued', 'running', 'succeeded', 'failed')", name="status"),
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')", name="status"
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -216,6 +253,8 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # Set while running: the worker stops at its next safe point and refunds what is unused.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 def is_sqlite_url(url: str) -> bool:
@@ -368,6 +407,8 @@ class ModelVersion(Base):
     high_water: Mapped[int] = mapped_column(BigInteger)
     measurement_count: Mapped[int] = mapped_column(Integer)
     solver: Mapped[str] = mapped_column(String(32))
+    # The dataset's estimator when this version was fitted ("mle" or "cgm-em").
+    estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     iterations: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)
     seconds: Mapped[float] = mapped_column(Float)

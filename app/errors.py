@@ -40,6 +40,18 @@ class Unauthorized(PrivqError):
     code = "unauthorized"
 
 
+class KeyRevoked(Unauthorized):
+    """This API key was revoked; ask the curator for a new one."""
+
+    code = "key_revoked"
+
+
+class TenantDisabled(Unauthorized):
+    """This tenant is disabled: none of its keys is accepted until the curator enables it."""
+
+    code = "tenant_disabled"
+
+
 class Forbidden(PrivqError):
     """This key may not perform this operation."""
 
@@ -77,6 +89,37 @@ class RhoTotalExceeded(Conflict):
     """The grants of this dataset together would exceed its rho_total."""
 
     code = "rho_total_exceeded"
+
+
+class BelowSpent(Conflict):
+    """A grant's limit cannot be lowered below what it has already spent."""
+
+    code = "rho_below_spent"
+
+
+class GrantRevoked(Conflict):
+    """This grant was revoked; grant the tenant the dataset again instead."""
+
+    code = "grant_revoked"
+
+
+class RecordsPurged(Conflict):
+    """This dataset's raw records were destroyed: it can no longer be measured, only
+    queried from its model."""
+
+    code = "records_purged"
+
+
+class JobsPending(Conflict):
+    """This dataset has jobs that have not finished; cancel them or wait for them first."""
+
+    code = "jobs_pending"
+
+
+class JobFinished(Conflict):
+    """This job has already finished; there is nothing to cancel."""
+
+    code = "job_finished"
 
 
 class IdempotencyConflict(Conflict):

@@ -12,6 +12,9 @@ Running a measurement job:
 2. fit — `fits.ensure_fitted`: the first model version covering those measurements.
 3. succeed with that version.
 
+A mechanism job runs `mechanisms.run_job`; a refit job (the dataset's estimator
+changed: no noise, no charge) runs `refits.run_job`, a new fit of the same measurements.
+
 A failure that is the job's own (a refusal: bad parameters, a model too large) fails
 it for good with that refusal's message; any other exception is a bug, logged with
 its traceback, and fails the job with a message that names only its kind and stage.
@@ -28,8 +31,10 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -38,17 +43,21 @@ from typing import Any, Self
 
 from sqlalchemy.exc import OperationalError
 
+from app import metrics
 from app.config import Settings
-from app.db import Database, Job
+from app.db import Database, Job, utcnow
 from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, mechanisms, quarantine
+from app.services import fits, jobs, mechanisms, quarantine, refits
 from app.services import measurements as measurement_service
 from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
+
+# prometheus-client reads this when first imported: set, it keeps metrics in files there.
+MULTIPROCESS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
@@ -56,6 +65,8 @@ def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
         return Worker.run_measurement
     if kind in mechanisms.MECHANISMS:  # the workload-adaptive mechanisms
         return mechanisms.run_job
+    if kind == refits.JOB_KIND:  # a new fit after the dataset's estimator changed
+        return refits.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
 
@@ -155,6 +166,8 @@ class Worker:
         logger.info(
             "job claimed", extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
         )
+        if job.attempts == 1 and job.started_at is not None:
+            metrics.observe_job_claimed(job.kind, (job.started_at - job.created_at).total_seconds())
         self._last_progress = dict(job.progress or {})
         try:
             with Heartbeat(self, job.id) as heartbeat:
@@ -163,6 +176,8 @@ class Worker:
             self._finish(job, result)
         except LeaseLost:
             logger.warning("lease lost; leaving the job to its new owner", extra={"job_id": job.id})
+        except jobs.JobCancelled:
+            self._cancelled(job)
         except OperationalError:
             logger.exception("database error; giving the job back", extra={"job_id": job.id})
             self._give_back(job)
@@ -194,11 +209,19 @@ class Worker:
                 return
             try:
                 ran = self.run_once()
+                if not ran:
+                    self.forget_retired_columns()
             except OperationalError:
                 logger.exception("cannot reach the database; retrying")
                 ran = False
             if not ran:
                 stop.wait(self.poll_seconds)
+
+    def forget_retired_columns(self) -> None:
+        """Drop cached records of datasets purged or deleted since they were loaded: once
+        the curator destroys them, no worker keeps a copy in memory either."""
+        with self.database.read_only() as session:
+            self.columns.forget_retired(session)
 
     # -- steps shared by every kind of job ----------------------------------------------
 
@@ -256,6 +279,20 @@ class Worker:
             held_locks=self.held_fit_locks,
         )
 
+    def refit(self, job: Job, domain: Domain) -> int:
+        """A new model version over all the dataset's measurements (its estimator changed)."""
+        self.check_lease()
+        return fits.refit(
+            self.database,
+            job.dataset_id,
+            domain,
+            owner=self.worker_id,
+            lease_seconds=self.settings.lease_seconds,
+            options=self.fit_options(),
+            progress=lambda update: self.progress(job, update),
+            held_locks=self.held_fit_locks,
+        )
+
     # -- job kinds ------------------------------------------------------------------------
 
     def run_measurement(self, job: Job) -> dict[str, Any]:
@@ -263,6 +300,10 @@ class Worker:
         self.progress(job, {"stage": "measuring"})
         with self.database.unit_of_work() as session:
             jobs.require_lease(session, job_id=job.id, owner=self.worker_id)
+            if not jobs.noise_drawn(session, job.id):
+                # The one safe point of a measurement: once its noise is drawn it is a
+                # release, and the job goes on to put it in the model.
+                jobs.stop_if_cancelled(session, job.id)
             drawn = measurement_service.measure_job(
                 session, job, self.columns_of(job.dataset_id), domain
             )
@@ -293,6 +334,7 @@ class Worker:
         logger.info(
             "job succeeded", extra={"job_id": job.id, "model_version": result["model_version"]}
         )
+        self._observe_end(job, "succeeded")
 
     def _fail_on(self, job: Job, error: Exception) -> None:
         """Fail the job for `error`: the job's own problem in its words, or an internal one.
@@ -315,6 +357,16 @@ class Worker:
         )
         self._fail(job, internal_error_message(error, stage))
 
+    def _cancelled(self, job: Job) -> None:
+        """End the job as cancelled at the safe point it stopped at, refunding the rest."""
+        with self.database.unit_of_work() as session:
+            row = session.get(Job, job.id)
+            if row is None or row.lease_owner != self.worker_id or row.status != "running":
+                return
+            refunded = jobs.finish_cancelled(session, row)
+        logger.info("job cancelled", extra={"job_id": job.id, "refunded_units": refunded})
+        self._observe_end(job, "cancelled")
+
     def _fail(self, job: Job, message: str) -> None:
         with self.database.unit_of_work() as session:
             row = session.get(Job, job.id)
@@ -322,6 +374,14 @@ class Worker:
                 return
             refunded = jobs.fail(session, row, message)
         logger.warning("job failed", extra={"job_id": job.id, "refunded_units": refunded})
+        self._observe_end(job, "failed")
+
+    @staticmethod
+    def _observe_end(job: Job, status: str) -> None:
+        if job.started_at is not None:
+            metrics.observe_job_finished(
+                job.kind, status, (utcnow() - job.started_at).total_seconds()
+            )
 
     def _give_back(self, job: Job) -> None:
         try:
@@ -337,15 +397,28 @@ class Worker:
 
 
 def run_worker(
-    settings: Settings, *, once: bool = False, alive: Callable[[], bool] | None = None
+    settings: Settings,
+    *,
+    once: bool = False,
+    alive: Callable[[], bool] | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
 ) -> None:
     """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle).
 
     SIGTERM raises in the main thread, so the job in hand is given back to the queue
-    at once (not after its lease) before the process exits.
+    at once (not after its lease) before the process exits. With `metrics_port`, the
+    worker serves its own `/metrics` there (`app.metrics_server`).
     """
     database = Database.from_settings(settings)
     worker = Worker(database, settings)
+    stop_metrics: Callable[[], None] | None = None
+    if metrics_port is not None:
+        from app.metrics_server import start_metrics_server
+
+        _server, stop_metrics = start_metrics_server(
+            settings, database, port=metrics_port, host=metrics_host
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -361,6 +434,8 @@ def run_worker(
     except (SystemExit, KeyboardInterrupt):
         pass
     finally:
+        if stop_metrics is not None:
+            stop_metrics()
         database.dispose()
 
 
@@ -375,8 +450,14 @@ def _embedded_main(settings: Settings, parent_pid: int) -> None:
 
 
 def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]:
-    """Start `count` worker processes beside the API; returns the function that stops them."""
+    """Start `count` worker processes beside the API; returns the function that stops them.
+
+    The children write their metrics to a private directory (prometheus-client's
+    multiprocess mode, switched on through the environment they start with) that the
+    API's `/metrics` merges into its own.
+    """
     context = multiprocessing.get_context("spawn")
+    metrics_directory = tempfile.mkdtemp(prefix="privq-worker-metrics-")
     processes = [
         context.Process(
             target=_embedded_main,
@@ -386,8 +467,17 @@ def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]
         )
         for i in range(count)
     ]
-    for process in processes:
-        process.start()
+    previous = os.environ.get(MULTIPROCESS_DIRECTORY_VARIABLE)
+    os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = metrics_directory
+    try:
+        for process in processes:
+            process.start()  # a spawned child copies the environment as it is now
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROCESS_DIRECTORY_VARIABLE, None)
+        else:
+            os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = previous
+    metrics.add_child_directory(metrics_directory)
     logger.info("embedded workers started", extra={"count": count})
 
     def stop() -> None:
@@ -399,5 +489,7 @@ def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
+        metrics.remove_child_directory(metrics_directory)
+        shutil.rmtree(metrics_directory, ignore_errors=True)
 
     return stop

@@ -16,6 +16,11 @@ Fixtures (module scope unless noted):
 - `client` — a `TestClient` of `create_app(settings, database=database)` (lifespan run).
 - `api` — `ApiHelper` around the client: create tenants, upload datasets, grant ρ.
 - `seed` — `SeedHelper`: the same objects written through the services directly.
+
+Every test runs with one BLAS thread, as privq's own processes do (app/cli.py): small
+dense operations (L-BFGS-B's in the CGM E-step above all) were 18× slower with BLAS
+threads spinning on a busy 2-core host. The CLI's environment variables only act before
+numpy is loaded, so the limit is set at run time (threadpoolctl).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
+from threadpoolctl import threadpool_limits
 
 from app.config import Settings, normalise_database_url
 from app.db import Database, Dataset, Grant, Job, Tenant
@@ -50,6 +56,12 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=requires_postgres),
 ]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_blas_thread() -> Iterator[None]:
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def with_search_path(url: str, schema: str) -> str:
@@ -242,7 +254,7 @@ class SeedHelper:
         from app.services.tenants import create_tenant
 
         with self.database.unit_of_work() as session:
-            tenant, _key = create_tenant(session, name=unique_name("tenant"))
+            tenant, _row, _key = create_tenant(session, name=unique_name("tenant"))
         return tenant
 
     def dataset(self, *, rows: int = 10, rho_total_units: int | None = None) -> Dataset:

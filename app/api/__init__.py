@@ -20,10 +20,12 @@ from sqlalchemy.exc import OperationalError
 
 from app import limits
 from app.api import routers as routers_package
-from app.api.deps import TenantKeyCache, make_loop_read_engine
+from app.api.deps import make_loop_read_engine
+from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.guards import RequestGuardMiddleware
 from app.api.observability import ObservabilityMiddleware
+from app.api.openapi import api_routes, install_openapi
 from app.api.responses import SafeJSONResponse
 from app.config import Settings, get_settings
 from app.db import Database
@@ -103,10 +105,12 @@ def create_app(
         summary="Privacy-budgeted answers over sensitive tabular data (zCDP + Private-PGM).",
         lifespan=lifespan,
         default_response_class=SafeJSONResponse,
+        # The CDN-loaded pages FastAPI would add are replaced by offline ones (app.api.docs).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.database = database
-    app.state.tenant_key_cache = TenantKeyCache()
     loop_read_engine = make_loop_read_engine(database)
     app.state.loop_read_engine = loop_read_engine
     install_error_handlers(app)
@@ -117,6 +121,9 @@ def create_app(
         max_json_depth=limits.MAX_JSON_DEPTH,
     )
     app.add_middleware(ObservabilityMiddleware)  # outermost: sees every response
-    for router in discover_routers():
+    routers = discover_routers()
+    for router in routers:
         app.include_router(router)
+    install_docs(app)
+    install_openapi(app, api_routes(routers))
     return app

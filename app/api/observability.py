@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.metrics import HTTP_LATENCY, HTTP_REQUESTS
+from app.metrics import HTTP_LATENCY, HTTP_REQUESTS, HTTP_SERVER_ERRORS
 
 logger = logging.getLogger("privq.request")
 
@@ -90,4 +90,6 @@ class ObservabilityMiddleware:
             requests, latency = _children(method, route, status)
             requests.inc()
             latency.observe(elapsed)
+            if status >= 500:
+                HTTP_SERVER_ERRORS.labels(method=method, route=route).inc()
             log_request(method, route, status, elapsed)

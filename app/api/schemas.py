@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.api.types import Delta, Epsilon, Name, ResourceId, Rho
-from app.db import Dataset, Grant, LedgerEntry, Tenant
+from app.db import ApiKey, Dataset, Grant, LedgerEntry, Tenant
 from app.errors import InvalidRequest
 from app.services.rho import (
     Rounding,
@@ -80,21 +80,73 @@ class TenantCreate(RequestBody):
 class TenantOut(BaseModel):
     id: str
     name: str
-    key_prefix: str = Field(description="First characters of the API key, to recognise it.")
     created_at: datetime
+    disabled: bool = Field(description="True: every key of the tenant gets 401 tenant_disabled.")
+    disabled_at: datetime | None = None
 
     @classmethod
     def of(cls, tenant: Tenant) -> TenantOut:
         return cls(
             id=tenant.id,
             name=tenant.name,
-            key_prefix=tenant.key_prefix,
             created_at=tenant.created_at,
+            disabled=tenant.disabled_at is not None,
+            disabled_at=tenant.disabled_at,
         )
+
+
+class ApiKeyOut(BaseModel):
+    """One of a tenant's keys, as the curator sees it: never the key itself."""
+
+    id: str
+    key_prefix: str = Field(description="First characters of the key, to recognise it.")
+    created_at: datetime
+    last_used_at: datetime | None = Field(
+        description="When the key last authenticated (to the minute); null if never."
+    )
+    revoked_at: datetime | None = None
+    active: bool
+
+    @classmethod
+    def of(cls, key: ApiKey) -> ApiKeyOut:
+        return cls(
+            id=key.id,
+            key_prefix=key.key_prefix,
+            created_at=key.created_at,
+            last_used_at=key.last_used_at,
+            revoked_at=key.revoked_at,
+            active=key.revoked_at is None,
+        )
+
+
+class ApiKeyCreated(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "0b7a4f0e-6c1d-4e8a-9a55-2f9e1c3d4b5a",
+                    "key_prefix": "pq_3kQ9xZ",
+                    "api_key": "pq_3kQ9xZ…",
+                    "created_at": "2026-11-23T12:00:00Z",
+                }
+            ]
+        }
+    )
+    id: str
+    key_prefix: str
+    api_key: str = Field(description="The new bearer key. Shown only in this response.")
+    created_at: datetime
 
 
 class TenantCreated(TenantOut):
     api_key: str = Field(description="The tenant's bearer key. Shown only in this response.")
+    key_id: str = Field(description="The key's id, to revoke it later.")
+    key_prefix: str = Field(description="First characters of the API key, to recognise it.")
+
+
+class TenantUpdate(RequestBody):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"disabled": True}]})
+    disabled: bool = Field(description="True: refuse every key of the tenant; false: accept again.")
 
 
 class GrantCreate(PrivacyAmount):
@@ -117,23 +169,47 @@ class GrantCreate(PrivacyAmount):
     tenant_id: ResourceId
 
 
+class GrantUpdate(PrivacyAmount):
+    """The grant's new limit: `rho` (rounded down to the ledger's unit of 1e-12), or
+    `epsilon` and `delta` converted to ρ. Not below what the grant has spent, and within
+    the dataset's rho_total together with the other grants."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"rho": 1.5}, {"epsilon": 2.0, "delta": 1e-6}]},
+    )
+
+
 class GrantOut(BaseModel):
     id: str
     tenant_id: str
     dataset_id: str
     rho_limit: float
     rho_limit_exact: str
+    rho_spent: float = Field(description="Net ρ charged on the grant (charges less refunds).")
+    rho_spent_exact: str
+    rho_remaining: float
+    rho_remaining_exact: str
     created_at: datetime
+    revoked_at: datetime | None = Field(
+        default=None, description="Set: the tenant lost the dataset; the ledger keeps its lines."
+    )
 
     @classmethod
-    def of(cls, grant: Grant) -> GrantOut:
+    def of(cls, grant: Grant, *, spent_units: int = 0) -> GrantOut:
+        remaining = grant.rho_limit_units - spent_units
         return cls(
             id=grant.id,
             tenant_id=grant.tenant_id,
             dataset_id=grant.dataset_id,
             rho_limit=units_to_rho(grant.rho_limit_units),
             rho_limit_exact=units_to_decimal_str(grant.rho_limit_units),
+            rho_spent=units_to_rho(spent_units),
+            rho_spent_exact=units_to_decimal_str(spent_units),
+            rho_remaining=units_to_rho(remaining),
+            rho_remaining_exact=units_to_decimal_str(remaining),
             created_at=grant.created_at,
+            revoked_at=grant.revoked_at,
         )
 
 
@@ -147,7 +223,21 @@ class DatasetOut(BaseModel):
     rho_total: float | None = Field(
         default=None, description="Curator's cap on all grants together (admin view only)."
     )
+    estimator: str = Field(
+        default="mle",
+        description='How the model is fitted from the measurements: "mle" or "cgm-em".',
+    )
     created_at: datetime
+    records_purged_at: datetime | None = Field(
+        default=None,
+        description="Set: the raw records were destroyed; answers still come from the model, "
+        "measuring is refused (409 records_purged).",
+    )
+    refit_job_id: str | None = Field(
+        default=None,
+        description="PATCH only: the job refitting the model with the new estimator (none "
+        "if the estimator did not change or nothing is measured yet). It spends no budget.",
+    )
 
     @classmethod
     def of(cls, dataset: Dataset, *, for_admin: bool) -> DatasetOut:
@@ -161,8 +251,26 @@ class DatasetOut(BaseModel):
                 if for_admin and dataset.rho_total_units is not None
                 else None
             ),
+            estimator=dataset.estimator or "mle",
             created_at=dataset.created_at,
+            records_purged_at=dataset.records_purged_at,
         )
+
+
+class DatasetPatch(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"estimator": "cgm-em"}]}
+    )
+    estimator: Literal["mle", "cgm-em"] = Field(
+        description='"mle": Private-PGM\'s maximum likelihood (L2 for Gaussian, L1 for Laplace '
+        'noise); "cgm-em": the true marginals latent, EM (Bernstein et al., 2017). Changing '
+        "it refits the model from the same measurements, as a job that spends nothing."
+    )
+
+
+class TenantDetail(TenantOut):
+    keys: list[ApiKeyOut] = Field(description="Every key, revoked ones too, oldest first.")
+    grants: list[GrantOut] = Field(description="Every grant, revoked ones too, oldest first.")
 
 
 class BudgetOut(BaseModel):
@@ -182,6 +290,8 @@ class BudgetOut(BaseModel):
 class LedgerEntryOut(BaseModel):
     id: int
     tenant_id: str
+    dataset_id: str
+    grant_id: str
     kind: Literal["charge", "refund"]
     rho: float = Field(description="Positive for a charge, negative for a refund.")
     rho_exact: str
@@ -194,6 +304,8 @@ class LedgerEntryOut(BaseModel):
         return cls(
             id=entry.id,
             tenant_id=entry.tenant_id,
+            dataset_id=entry.dataset_id,
+            grant_id=entry.grant_id,
             kind=entry.kind,  # type: ignore[arg-type]
             rho=units_to_rho(entry.rho_units),
             rho_exact=units_to_decimal_str(entry.rho_units),
@@ -236,3 +348,71 @@ NO_SUCH_DATASET = "No such dataset (or no grant on it)."
 def error_responses(descriptions: dict[int, str]) -> Responses:
     """The error responses of a route: each status with its `ErrorOut` body and why."""
     return {status: {"model": ErrorOut, "description": why} for status, why in descriptions.items()}
+
+
+class MarginalEstimateOut(BaseModel):
+    attributes: list[str]
+    cells: int
+    expected_abs_error_per_cell: float = Field(description="E|noise| on one count.")
+    expected_l1_error: float = Field(description="Expected L1 error of the marginal, in counts.")
+
+
+class DryRunOut(BaseModel):
+    """What a measurement or mechanism request would cost and how accurate it would be."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "dry_run": True,
+                    "rho": 0.1,
+                    "rho_exact": "0.1",
+                    "delta": 1e-6,
+                    "epsilon": 2.64,
+                    "rho_remaining_before": 1.0,
+                    "rho_remaining": 0.9,
+                    "rho_remaining_exact": "0.9",
+                    "affordable": True,
+                    "noise": "gaussian",
+                    "sigma": 3.1623,
+                    "marginals": [
+                        {
+                            "attributes": ["age", "sex"],
+                            "cells": 10,
+                            "expected_abs_error_per_cell": 2.523,
+                            "expected_l1_error": 25.23,
+                        }
+                    ],
+                    "model_cells": 10,
+                }
+            ]
+        }
+    )
+    dry_run: Literal[True]
+    rho: float = Field(description="The ρ the request would be charged.")
+    rho_exact: str
+    delta: float
+    epsilon: float = Field(description="ε of that ρ alone at `delta` (tight CKS conversion).")
+    rho_remaining_before: float
+    rho_remaining: float = Field(description="What would remain after it (negative: short).")
+    rho_remaining_exact: str
+    affordable: bool = Field(description="False if the grant has less than `rho` left.")
+    noise: Literal["gaussian", "laplace"]
+    sigma: float | None = None
+    scale: float | None = None
+    marginals: list[MarginalEstimateOut] = Field(
+        description="The marginals measured (a mechanism: its workload, if it measures them)."
+    )
+    model_cells: int | None = Field(
+        default=None, description="Cells of the dataset's model once these are measured."
+    )
+    mechanism: str | None = None
+    epsilon_per_selection: float | None = Field(
+        default=None, description="A mechanism's ε per exponential-mechanism selection."
+    )
+    rounds: int | None = Field(default=None, description="MWEM: its number of rounds.")
+    rounds_at_most: int | None = Field(default=None, description="AIM: T, at most this many.")
+    oneway: list[MarginalEstimateOut] | None = Field(
+        default=None, description="AIM: the one-way marginals it measures first."
+    )
+    note: str | None = None

@@ -15,6 +15,12 @@ same maximum-entropy optimum; they differ in speed and in what they accept:
 - "dual_averaging": Private-PGM Algorithm 2; Gaussian measurements only.
 - "auto" (default): ADMM up to `ADMM_MAX_CELLS` model cells, mirror descent above.
 
+On top of the solver, `estimator` names the statistical estimator: "mle" (default) is
+the solver's optimum, the maximum-likelihood model; "cgm-em" (Bernstein et al., ICML
+2017; `app.pgm.cgm`) treats the true marginals as latent and runs EM from that optimum,
+which is one of EM's fixed points, so it ends there up to the solver's tolerance
+(`app.pgm.cgm` says why, and what other starts do).
+
 Stopping (`tolerance`): each estimator's own rule (see its module); `FitRecord.converged`
 says whether it was met within `max_iterations`. `FitRecord.final_loss` is the returned
 model's own loss (an estimator's last reported loss may be at an iterate that is not
@@ -27,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from app.pgm import cgm
 from app.pgm.domain import Domain
 from app.pgm.estimators import Callback, Estimator, FitRun, admm, dual_averaging, mirror_descent
 from app.pgm.junction_tree import build_junction_tree
@@ -46,6 +53,8 @@ DEFAULT_SOLVER = "auto"
 # factorisation grows faster than linearly (Adult, 4,915 cells: 0.1 s; 143k: 3–10 s;
 # 842k: 216 s and 1.6 GB), while a mirror-descent iteration is linear in the cells.
 ADMM_MAX_CELLS = 200_000
+ESTIMATOR_NAMES = ("mle", cgm.ESTIMATOR)
+DEFAULT_ESTIMATOR = "mle"
 
 
 @dataclass
@@ -61,6 +70,7 @@ class FitRecord:
     model_cells: int = 0
     final_loss: float = float("nan")  # loss of the returned model's own marginals
     entropy_sweeps: int = 0  # proportional-fitting sweeps of the maximum-entropy step
+    estimator: str = DEFAULT_ESTIMATOR  # "mle", or "cgm-em" (whose iterations come last)
 
 
 def fit(
@@ -68,6 +78,7 @@ def fit(
     measurements: Sequence[Measurement],
     *,
     solver: str = DEFAULT_SOLVER,
+    estimator: str = DEFAULT_ESTIMATOR,
     warm_start: GraphicalModel | None = None,
     max_iterations: int = 5000,
     tolerance: float = 1e-6,
@@ -80,6 +91,8 @@ def fit(
     `warm_start`: a previous model (maybe over other cliques); each of its potentials is
     added onto the smallest new clique containing it, others start from zero. Mirror
     descent and dual averaging start from those potentials, ADMM from their marginals.
+    `estimator`: "mle", or "cgm-em" to continue from the solver's optimum with CGM-EM (its
+    iterations are reported after the solver's, under the same cap and tolerance).
     `callback(iteration, loss)` is called after every iteration.
     Raises ModelTooLarge (from the junction tree) when the model would exceed
     `max_model_cells`, before any numerical work; ValueError for bad measurements, an
@@ -87,6 +100,8 @@ def fit(
     """
     if solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}, not {solver!r}")
+    if estimator not in ESTIMATOR_NAMES:
+        raise ValueError(f"estimator must be one of {ESTIMATOR_NAMES}, not {estimator!r}")
     measurements = list(measurements)
     if not measurements:
         raise ValueError("fitting needs at least one measurement")
@@ -103,6 +118,8 @@ def fit(
     run = FitRun(problem, max_iterations, tolerance, callback)
     theta = problem.warm_theta(warm_start)
     model = ESTIMATORS[solver](run, theta, warm=warm_start is not None)
+    if estimator == cgm.ESTIMATOR:
+        model = cgm.refine(run, model)
     final_p = problem.probabilities(problem.warm_theta(model))
     record = FitRecord(
         solver=solver,
@@ -114,5 +131,6 @@ def fit(
         model_cells=tree.total_cells,
         final_loss=problem.loss(total * final_p),
         entropy_sweeps=run.entropy_sweeps,
+        estimator=estimator,
     )
     return model, record

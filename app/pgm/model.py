@@ -25,6 +25,7 @@ from app.pgm.calibrated_tree import CalibratedTree, TreePlan
 from app.pgm.domain import Domain, DomainError
 from app.pgm.junction_tree import build_junction_tree
 from app.pgm.queries import FactoredQuery, answer_queries, answer_query, plan_query
+from app.pgm.rounding import rounded_chunks
 from app.pgm.sampling import DEFAULT_CHUNK_ROWS, TreeSampler
 
 FORMAT_VERSION = 1
@@ -147,6 +148,18 @@ class GraphicalModel:
         """Synthetic records (integer codes, domain order) in chunks; N̂ rows by default."""
         count = self.default_rows() if rows is None else rows
         return self.sampler.chunks(count, seed, chunk_rows=chunk_rows)
+
+    def rounded_chunks(
+        self,
+        rows: int | None = None,
+        seed: int | None = None,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    ) -> Iterator[np.ndarray]:
+        """Synthetic records whose clique marginals are the model's counts rounded
+        (`app.pgm.rounding`), in chunks; N̂ rows by default; deterministic given `seed`."""
+        count = self.default_rows() if rows is None else rows
+        return rounded_chunks(self.calibrated_tree, count, seed, chunk_rows=chunk_rows)
 
     def sample(
         self,

@@ -34,13 +34,40 @@ class _Step:
     shifted_cdf: np.ndarray  # (separator cells × new cells), row s shifted by +s, flattened
 
 
-def _conditional_cdf(table: np.ndarray) -> np.ndarray:
-    """Row-wise CDF of a (separator cells × new cells) table, each row ending at exactly 1."""
+def walk_order(tree: CalibratedTree) -> list[tuple[int, int | None]]:
+    """(clique, parent) pairs breadth-first from the largest clique (parent None: the root).
+
+    Every clique comes after its parent, so its separator's values are known by then;
+    sampling and rounding (`app.pgm.rounding`) both place attributes in this order.
+    """
+    root = max(range(len(tree.cliques)), key=lambda i: (tree.clique_cells[i], -i))
+    order: list[tuple[int, int | None]] = [(root, None)]
+    seen = {root}
+    position = 0
+    while position < len(order):
+        parent = order[position][0]
+        position += 1
+        for child in tree.neighbours[parent]:
+            if child not in seen:
+                seen.add(child)
+                order.append((child, parent))
+    return order
+
+
+def conditional_rows(table: np.ndarray) -> np.ndarray:
+    """A (given cells × new cells) table with each row normalised to sum to 1.
+
+    A given value of probability 0 is never reached; its row is uniform.
+    """
     totals = table.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
-        # A separator value of probability 0 is never drawn; give it a uniform row.
-        rows = np.where(totals > 0, table / totals, 1.0 / table.shape[1])
-    cdf = np.cumsum(rows, axis=1)
+        rows: np.ndarray = np.where(totals > 0, table / totals, 1.0 / table.shape[1])
+    return rows
+
+
+def _conditional_cdf(table: np.ndarray) -> np.ndarray:
+    """Row-wise CDF of a (separator cells × new cells) table, each row ending at exactly 1."""
+    cdf = np.cumsum(conditional_rows(table), axis=1)
     cdf[:, -1] = 1.0
     return cdf
 
@@ -51,19 +78,8 @@ class TreeSampler:
     def __init__(self, tree: CalibratedTree) -> None:
         domain = tree.domain
         self.width = len(domain)
-        root = max(range(len(tree.cliques)), key=lambda i: (tree.clique_cells[i], -i))
         steps: list[_Step] = []
-        order: list[tuple[int, int | None]] = [(root, None)]
-        seen = {root}
-        frontier = [root]
-        while frontier:
-            parent = frontier.pop(0)
-            for child in tree.neighbours[parent]:
-                if child not in seen:
-                    seen.add(child)
-                    order.append((child, parent))
-                    frontier.append(child)
-        for clique, towards in order:
+        for clique, towards in walk_order(tree):
             attrs = tree.cliques[clique]
             sep = tree.separator(clique, towards) if towards is not None else ()
             new = tuple(a for a in attrs if a not in sep)

@@ -5,24 +5,41 @@ before the session is touched, so a bad file writes nothing and a large one does
 hold a database lock while it is parsed. The dataset row and its packed columns are
 then added in the caller's one transaction.
 
-A tenant sees a dataset only through a grant; every other id is NotFound, exactly
-like a missing one.
+A tenant sees a dataset only through a grant in force; every other id is NotFound,
+exactly like a missing one.
+
+Retiring a dataset: `purge_records` destroys its raw records (the packed columns)
+while the model keeps answering every free query; `delete_dataset` removes records,
+measurements and models and leaves a tombstone row, so the ledger's lines keep
+pointing somewhere. Neither runs while a job of the dataset is queued or running.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any, BinaryIO
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import Select, delete, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Session
 
-from app.db import Dataset, DatasetColumn, Grant
-from app.errors import InvalidRequest, NotFound, PrivqError
+from app.db import (
+    Dataset,
+    DatasetColumn,
+    FitLock,
+    Grant,
+    MeasurementRecord,
+    ModelVersion,
+    utcnow,
+)
+from app.errors import InvalidRequest, JobsPending, NotFound, PrivqError, RecordsPurged
 from app.ingest import IngestError, encode_csv, pack_column, unpack_column
 from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
+from app.services import jobs
+from app.services.pages import Page, page
 
 MAX_DATASET_NAME_LENGTH = 200
 
@@ -128,27 +145,107 @@ def create_dataset(
     return dataset
 
 
-def get_dataset(session: Session, dataset_id: str, *, tenant_id: str | None = None) -> Dataset:
-    """The dataset; with `tenant_id`, only if that tenant holds a grant on it (else NotFound)."""
-    query = select(Dataset).where(Dataset.id == dataset_id)
+def _visible(query: Select[Dataset], tenant_id: str | None) -> Select[Dataset]:
+    """Datasets not deleted; with `tenant_id`, only those it holds a grant in force on."""
+    query = query.where(Dataset.deleted_at.is_(None))
     if tenant_id is not None:
         query = query.join(Grant, Grant.dataset_id == Dataset.id).where(
-            Grant.tenant_id == tenant_id
+            Grant.tenant_id == tenant_id, Grant.revoked_at.is_(None)
         )
+    return query
+
+
+def get_dataset(
+    session: Session, dataset_id: str, *, tenant_id: str | None = None, for_update: bool = False
+) -> Dataset:
+    """The dataset; with `tenant_id`, only if that tenant holds a grant on it (else NotFound,
+    as for a dataset that does not exist or was deleted)."""
+    query = _visible(select(Dataset).where(Dataset.id == dataset_id), tenant_id)
+    if for_update:
+        query = query.with_for_update(of=Dataset)
     dataset = session.scalars(query).one_or_none()
     if dataset is None:
         raise NotFound("dataset not found")
     return dataset
 
 
-def list_datasets(session: Session, *, tenant_id: str | None = None) -> Sequence[Dataset]:
-    """Every dataset, or those the tenant holds a grant on; oldest first."""
-    query = select(Dataset)
-    if tenant_id is not None:
-        query = query.join(Grant, Grant.dataset_id == Dataset.id).where(
-            Grant.tenant_id == tenant_id
+def list_datasets(
+    session: Session, *, tenant_id: str | None = None, limit: int, cursor: str | None = None
+) -> Page[Dataset]:
+    """One page of every dataset, or of those the tenant holds a grant on; oldest first."""
+    return page(
+        session,
+        _visible(select(Dataset), tenant_id),
+        keys=(Dataset.created_at, Dataset.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda dataset: (dataset.created_at, dataset.id),
+    )
+
+
+def require_records(dataset: Dataset) -> None:
+    """RecordsPurged (409) if the dataset's raw records were destroyed: nothing to measure."""
+    if dataset.records_purged_at is not None:
+        raise RecordsPurged()
+
+
+def _refuse_unfinished_jobs(session: Session, dataset_id: str, doing: str) -> None:
+    pending = jobs.unfinished(session, dataset_id=dataset_id)
+    if pending:
+        raise JobsPending(
+            f"the dataset has {len(pending)} job(s) queued or running; cancel them "
+            f"(POST /v1/jobs/{{id}}/cancel) or wait for them before {doing}",
+            job_ids=[job.id for job in pending[:20]],
         )
-    return session.scalars(query.order_by(Dataset.created_at, Dataset.id)).all()
+
+
+def _destroy_columns(session: Session, dataset_id: str) -> None:
+    if session.get_bind().dialect.name == "sqlite":
+        # Overwrite the freed pages with zeros instead of leaving the bytes in the file.
+        session.execute(sql_text("PRAGMA secure_delete = ON"))
+    session.execute(delete(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id))
+
+
+def purge_records(session: Session, dataset_id: str) -> Dataset:
+    """Destroy the dataset's raw records; the model and its free answers stay; never commits.
+
+    JobsPending (409) while a job of the dataset is queued or running (it may need the
+    records); purging again changes nothing. Measuring is refused from then on
+    (`require_records`).
+    """
+    dataset = get_dataset(session, dataset_id, for_update=True)
+    if dataset.records_purged_at is not None:
+        return dataset
+    _refuse_unfinished_jobs(session, dataset_id, "purging its records")
+    _destroy_columns(session, dataset_id)
+    dataset.records_purged_at = utcnow()
+    session.flush()
+    return dataset
+
+
+def delete_dataset(session: Session, dataset_id: str) -> Dataset:
+    """Delete a dataset: records, measurements and models go; the row stays as a tombstone.
+
+    The ledger keeps every line (they point at the dataset and its grants, which are
+    revoked). JobsPending (409) while a job of the dataset is queued or running. The
+    dataset is then NotFound to everyone, the admin included.
+    """
+    dataset = get_dataset(session, dataset_id, for_update=True)
+    _refuse_unfinished_jobs(session, dataset_id, "deleting it")
+    now = utcnow()
+    _destroy_columns(session, dataset_id)
+    for table in (MeasurementRecord, ModelVersion, FitLock):
+        session.execute(delete(table).where(table.dataset_id == dataset_id))
+    session.execute(
+        update(Grant)
+        .where(Grant.dataset_id == dataset_id, Grant.revoked_at.is_(None))
+        .values(revoked_at=now)
+    )
+    dataset.records_purged_at = dataset.records_purged_at or now
+    dataset.deleted_at = now
+    session.flush()
+    return dataset
 
 
 def dataset_schema(dataset: Dataset) -> DatasetSchema:

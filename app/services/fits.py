@@ -12,6 +12,10 @@ The fit itself runs outside any transaction (it can take seconds); the new versi
 is written in a short one, only while the lock is still this worker's. A measurement
 the fit cannot use is quarantined rather than left to fail every later fit
 (`app.services.quarantine`); the last good version keeps answering meanwhile.
+
+Each fit uses the dataset's estimator at the time ("mle" or "cgm-em") and the version
+records it; `refit` fits anew even when a version covers everything (the estimator
+changed).
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import Database, FitLock, utcnow
+from app.db import Database, Dataset, FitLock, utcnow
+from app.metrics import observe_fit
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord
+from app.pgm.estimation import DEFAULT_ESTIMATOR, FitRecord
 from app.pgm.model import GraphicalModel
 from app.services import measurements as measurement_service
 from app.services import models as model_service
@@ -123,6 +128,7 @@ def fit_now(
     owner: str,
     options: FitOptions,
     progress: Progress,
+    force: bool = False,
 ) -> int | None:
     """Fit over every usable measurement of the dataset and store the next version (lock held).
 
@@ -130,9 +136,11 @@ def fit_now(
     same, the new measurement that breaks it is found, quarantined, and the fit runs
     again without it (`app.services.quarantine`). A failure no new measurement explains
     is raised, and the last good version keeps answering. Returns the new version, or
-    None if quarantining left nothing the latest version lacks (or nothing at all).
+    None if quarantining left nothing the latest version lacks (or nothing at all);
+    with `force` (a refit), a new version whenever anything is left to fit.
     """
     with database.read_only() as session:
+        estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == dataset_id))
         records = measurement_service.list_for_dataset(session, dataset_id, active_only=True)
         # Every measurement up to here is decided: fitted, or quarantined below.
         high_water = measurement_service.high_water(session, dataset_id=dataset_id)
@@ -164,6 +172,7 @@ def fit_now(
             domain,
             [usable[i] for i in ids],
             solver=options.solver,
+            estimator=estimator or DEFAULT_ESTIMATOR,
             warm_start=warm_start,
             max_iterations=options.max_iterations,
             tolerance=options.tolerance,
@@ -184,7 +193,7 @@ def fit_now(
     while True:
         if not base and not new:
             return None
-        if quarantined and not new:
+        if quarantined and not new and not force:
             # All the latest version lacked was quarantined: it covers what is left.
             return None
         progress({"stage": "fitting", "iteration": 0, "measurements": len(base) + len(new)})
@@ -199,6 +208,7 @@ def fit_now(
             new.remove(culprit)
             quarantined.add(culprit)
             progress({"quarantined": sorted(quarantined)})
+    observe_fit(record.solver, record.seconds, record.iterations)
     with database.unit_of_work() as session:
         lock = session.scalars(
             select(FitLock).where(FitLock.dataset_id == dataset_id).with_for_update()
@@ -214,6 +224,61 @@ def fit_now(
             measurement_count=len(base) + len(new),
         )
         return saved.version
+
+
+def _fit_until(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    covered: Callable[[], int | None],
+    force: bool,
+    owner: str,
+    lease_seconds: float,
+    options: FitOptions,
+    progress: Progress,
+    poll_seconds: float,
+    held_locks: set[str] | None,
+) -> int:
+    """`covered()` if it names a version, else a version this worker fits under the lock.
+
+    Waits while another worker holds the lock; if our lease runs out mid-fit, whoever
+    holds the lock now fits instead, and `covered()` is asked again.
+    """
+    waiting_reported = False
+    while True:
+        version = covered()
+        if version is not None:
+            return version
+        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
+            if held_locks is not None:
+                held_locks.add(dataset_id)
+            try:
+                version = fit_now(
+                    database,
+                    dataset_id,
+                    domain,
+                    owner=owner,
+                    options=options,
+                    progress=progress,
+                    force=force,
+                )
+            except FitLockLost:
+                continue  # our lease ran out mid-fit; whoever holds the lock now fits instead
+            finally:
+                if held_locks is not None:
+                    held_locks.discard(dataset_id)
+                release(database, dataset_id, owner=owner)
+            if version is not None:
+                return version
+            if force:  # nothing left to fit at all: the latest version stands
+                with database.read_only() as session:
+                    return model_service.latest_version_number(session, dataset_id) or 0
+            continue
+        if not waiting_reported:
+            progress({"stage": "waiting_for_fit"})
+            waiting_reported = True
+        time.sleep(poll_seconds)
 
 
 def ensure_fitted(
@@ -234,29 +299,47 @@ def ensure_fitted(
     `held_locks` (if given) records the datasets whose fit lock this worker holds
     while it fits, so a heartbeat can renew the lease.
     """
-    waiting_reported = False
-    while True:
-        version = covering_version(database, dataset_id, high_water)
-        if version is not None:
-            return version
-        if acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
-            if held_locks is not None:
-                held_locks.add(dataset_id)
-            try:
-                fit_now(
-                    database, dataset_id, domain, owner=owner, options=options, progress=progress
-                )
-            except FitLockLost:
-                pass  # our lease ran out mid-fit; whoever holds the lock now fits instead
-            finally:
-                if held_locks is not None:
-                    held_locks.discard(dataset_id)
-                release(database, dataset_id, owner=owner)
-            continue
-        if not waiting_reported:
-            progress({"stage": "waiting_for_fit"})
-            waiting_reported = True
-        time.sleep(poll_seconds)
+    return _fit_until(
+        database,
+        dataset_id,
+        domain,
+        covered=lambda: covering_version(database, dataset_id, high_water),
+        force=False,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        options=options,
+        progress=progress,
+        poll_seconds=poll_seconds,
+        held_locks=held_locks,
+    )
+
+
+def refit(
+    database: Database,
+    dataset_id: str,
+    domain: Domain,
+    *,
+    owner: str,
+    lease_seconds: float,
+    options: FitOptions,
+    progress: Progress,
+    poll_seconds: float = 0.25,
+    held_locks: set[str] | None = None,
+) -> int:
+    """A new version over every usable measurement, covered or not (the estimator changed)."""
+    return _fit_until(
+        database,
+        dataset_id,
+        domain,
+        covered=lambda: None,
+        force=True,
+        owner=owner,
+        lease_seconds=lease_seconds,
+        options=options,
+        progress=progress,
+        poll_seconds=poll_seconds,
+        held_locks=held_locks,
+    )
 
 
 def save_if_current(

@@ -18,7 +18,7 @@ Services see the worker only through it, so they never import the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -28,9 +28,10 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database, Job, MeasurementRecord, utcnow
-from app.errors import NotFound
+from app.errors import JobFinished, NotFound
 from app.pgm.domain import Domain
 from app.services import refunds
+from app.services.pages import Page, page
 
 MAX_ATTEMPTS = 3
 ERROR_MESSAGE_LENGTH = 500
@@ -41,13 +42,16 @@ def create(
     *,
     job_id: str,
     dataset_id: str,
-    tenant_id: str,
+    tenant_id: str | None,
     kind: str,
     params: dict[str, Any],
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> Job:
-    """Add a queued job (the caller's unit of work commits it with its charge)."""
+    """Add a queued job (the caller's unit of work commits it with its charge, if any).
+
+    `tenant_id` None: the admin's job (a refit), which no tenant sees.
+    """
     job = Job(
         id=job_id,
         dataset_id=dataset_id,
@@ -64,15 +68,51 @@ def create(
     return job
 
 
-def get(session: Session, job_id: str, *, tenant_id: str | None = None) -> Job:
+def get(
+    session: Session, job_id: str, *, tenant_id: str | None = None, for_update: bool = False
+) -> Job:
     """The job; with `tenant_id`, only that tenant's (others are NotFound, like a missing one)."""
     query = select(Job).where(Job.id == job_id)
     if tenant_id is not None:
         query = query.where(Job.tenant_id == tenant_id)
+    if for_update:
+        query = query.with_for_update()
     job = session.scalars(query).one_or_none()
     if job is None:
         raise NotFound("job not found")
     return job
+
+
+def list_jobs(
+    session: Session,
+    *,
+    tenant_id: str | None = None,
+    dataset_id: str | None = None,
+    status: str | None = None,
+    kind: str | None = None,
+    limit: int,
+    cursor: str | None = None,
+) -> Page[Job]:
+    """One page of jobs, newest first; with `tenant_id`, only that tenant's."""
+    query = select(Job)
+    for column, value in (
+        (Job.tenant_id, tenant_id),
+        (Job.dataset_id, dataset_id),
+        (Job.status, status),
+        (Job.kind, kind),
+    ):
+        if value is not None:
+            query = query.where(column == value)
+    return page(
+        session,
+        query,
+        keys=(Job.created_at, Job.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        descending=True,
+        key_of=lambda job: (job.created_at, job.id),
+    )
 
 
 def _claimable(now: datetime) -> Any:
@@ -96,6 +136,10 @@ def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool
         job = session.scalars(query).first()
         if job is None:
             return None
+        if job.cancel_requested_at is not None:
+            # Its worker stopped before reaching a safe point: it never will now.
+            finish_cancelled(session, job)
+            continue
         if job.attempts >= MAX_ATTEMPTS:
             fail(
                 session,
@@ -148,6 +192,33 @@ def require_lease(session: Session, *, job_id: str, owner: str) -> None:
         raise LeaseLost()
 
 
+class JobCancelled(RuntimeError):
+    """The job's cancellation was asked for; it stops at this safe point."""
+
+
+def stop_if_cancelled(session: Session, job_id: str) -> None:
+    """JobCancelled if cancelling the job was asked for (a safe point: call it before
+    drawing noise, never between drawing and storing it)."""
+    requested = session.scalar(select(Job.cancel_requested_at).where(Job.id == job_id))
+    if requested is not None:
+        raise JobCancelled()
+
+
+def finish_cancelled(session: Session, job: Job, *, reason: str = "cancelled on request") -> int:
+    """End a running job as cancelled (the caller holds it) and refund what it had not
+    used on data: all of it if no noise was drawn, a mechanism's unused rounds; noise
+    already drawn stays charged (`refunds.refund_unused`). Returns the units refunded."""
+    job.status = "cancelled"
+    job.error = reason[:ERROR_MESSAGE_LENGTH]
+    job.lease_owner = None
+    job.lease_expires_at = None
+    job.finished_at = utcnow()
+    job.progress = {**(job.progress or {}), "stage": "cancelled"}
+    refunded = refunds.refund_unused(session, job, reason="job cancelled")
+    session.flush()
+    return refunded
+
+
 class JobRunner(Protocol):
     """What a job handler uses of the worker that runs it (`app.worker.Worker`)."""
 
@@ -169,6 +240,9 @@ class JobRunner(Protocol):
 
     def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
         """The model version covering measurements up to `high_water`, fitting if needed."""
+
+    def refit(self, job: Job, domain: Domain) -> int:
+        """A new model version over every measurement, with the dataset's estimator."""
 
 
 def succeed(
@@ -204,6 +278,49 @@ def fail(session: Session, job: Job, message: str, *, reason: str = "job failed"
     job.finished_at = utcnow()
     job.progress = {**(job.progress or {}), "stage": "failed"}
     refunded = refunds.refund_unused(session, job, reason=reason)
+    session.flush()
+    return refunded
+
+
+UNFINISHED = ("queued", "running")
+
+
+def unfinished(session: Session, *, dataset_id: str, tenant_id: str | None = None) -> Sequence[Job]:
+    """The dataset's jobs (or one tenant's of them) that are queued or running, locked."""
+    query = select(Job).where(Job.dataset_id == dataset_id, Job.status.in_(UNFINISHED))
+    if tenant_id is not None:
+        query = query.where(Job.tenant_id == tenant_id)
+    return session.scalars(query.order_by(Job.created_at, Job.id).with_for_update()).all()
+
+
+def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") -> int:
+    """Cancel a job (the caller holds its row lock); never commits. Returns units refunded now.
+
+    - queued: it becomes `cancelled` at once and its whole charge is refunded (it never
+      ran, so none of it was used);
+    - running: `cancel_requested_at` is set; the worker stops at its next safe point —
+      before drawing any more noise — and refunds what the job had not used
+      (`finish_cancelled`);
+    - cancelled: nothing changes (cancelling twice is harmless);
+    - succeeded or failed: JobFinished (409).
+    """
+    if job.status == "cancelled":
+        return 0
+    if job.status in ("succeeded", "failed"):
+        raise JobFinished(f"the job has already {job.status}; there is nothing to cancel")
+    now = utcnow()
+    if job.status == "running":
+        if job.cancel_requested_at is None:
+            job.cancel_requested_at = now
+            session.flush()
+        return 0
+    job.cancel_requested_at = job.cancel_requested_at or now
+    job.status = "cancelled"
+    job.finished_at = now
+    job.error = reason[:ERROR_MESSAGE_LENGTH]
+    job.progress = {**(job.progress or {}), "stage": "cancelled"}
+    # It never ran, so nothing of it was used: the whole charge comes back.
+    refunded = refunds.refund_unused(session, job, reason=f"job cancelled ({reason})")
     session.flush()
     return refunded
 

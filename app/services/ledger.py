@@ -10,7 +10,6 @@ the caller's unit of work commits it together with whatever else the request wro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.db import SQLITE_BEGIN_OPTION, Grant, LedgerEntry
 from app.errors import IdempotencyConflict, InsufficientBudget, InvalidRequest, NotFound
 from app.metrics import record_pending_ledger_entry
+from app.services.pages import Page, page
 from app.services.rho import units_to_decimal_str, units_to_rho
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
@@ -66,7 +66,9 @@ def get_grant(
     session: Session, *, tenant_id: str, dataset_id: str, for_update: bool = False
 ) -> Grant:
     """The tenant's grant on the dataset; NotFound (as for a missing dataset) if none."""
-    query = select(Grant).where(Grant.tenant_id == tenant_id, Grant.dataset_id == dataset_id)
+    query = select(Grant).where(
+        Grant.tenant_id == tenant_id, Grant.dataset_id == dataset_id, Grant.revoked_at.is_(None)
+    )
     if for_update:
         query = query.with_for_update()
     grant = session.scalars(query).one_or_none()
@@ -178,7 +180,7 @@ def charge(
     )
     session.add(entry)
     session.flush()
-    record_pending_ledger_entry(session, "charge", units_to_rho(rho_units))
+    record_pending_ledger_entry(session, "charge", units_to_rho(rho_units), dataset_id)
     return ChargeResult(
         entry_id=entry.id,
         grant_id=grant.id,
@@ -232,15 +234,30 @@ def refund(
         )
     )
     session.flush()
-    record_pending_ledger_entry(session, "refund", -units_to_rho(amount))
+    record_pending_ledger_entry(session, "refund", -units_to_rho(amount), first_charge.dataset_id)
     return amount
 
 
 def entries(
-    session: Session, *, dataset_id: str, tenant_id: str | None = None
-) -> Sequence[LedgerEntry]:
-    """Every entry of a dataset (or of one tenant's grant on it), oldest first."""
-    query = select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id)
+    session: Session,
+    *,
+    dataset_id: str | None = None,
+    tenant_id: str | None = None,
+    limit: int,
+    cursor: str | None = None,
+) -> Page[LedgerEntry]:
+    """One page of entries, oldest first: all, or of a dataset, or of a tenant, or both."""
+    query = select(LedgerEntry)
+    if dataset_id is not None:
+        query = query.where(LedgerEntry.dataset_id == dataset_id)
     if tenant_id is not None:
         query = query.where(LedgerEntry.tenant_id == tenant_id)
-    return session.scalars(query.order_by(LedgerEntry.id)).all()
+    return page(
+        session,
+        query,
+        keys=(LedgerEntry.id,),
+        kinds=(int,),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda entry: (entry.id,),
+    )

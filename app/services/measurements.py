@@ -25,13 +25,14 @@ from typing import Any, cast
 
 import numpy as np
 from cachetools import LRUCache
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest, LedgerInvariantViolated
+from app.db import Dataset, Job, MeasurementRecord, new_id
+from app.errors import InvalidRequest, LedgerInvariantViolated, RecordsPurged
 from app.ingest import pack_column, unpack_column
 from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
+from app.metrics import record_pending_measurement
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
@@ -39,6 +40,7 @@ from app.privacy import noise
 from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
 from app.services import datasets as dataset_service
 from app.services import jobs, ledger
+from app.services.pages import Page, page
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
@@ -298,7 +300,15 @@ class ColumnCache:
     def get(
         self, session: Session, dataset_id: str, attributes: Iterable[str]
     ) -> dict[str, np.ndarray]:
-        """The named attributes' codes, loading from the database only those not cached."""
+        """The named attributes' codes, loading from the database only those not cached;
+        RecordsPurged (and the dataset forgotten here) once the records are destroyed.
+
+        The check is one small read per use: a worker must not measure from a copy of
+        records the curator destroyed, nor keep that copy in memory.
+        """
+        if records_gone(session, dataset_id):
+            self.forget(dataset_id)
+            raise RecordsPurged()
         wanted = list(dict.fromkeys(attributes))
         found: dict[str, np.ndarray] = {}
         with self._lock:
@@ -315,6 +325,34 @@ class ColumnCache:
                     if column.nbytes <= self._columns.maxsize:
                         self._columns[(dataset_id, name)] = column
         return {name: found[name] for name in wanted}
+
+    def forget(self, dataset_id: str) -> None:
+        with self._lock:
+            for key in [key for key in self._columns if key[0] == dataset_id]:
+                self._columns.pop(key, None)
+
+    def forget_retired(self, session: Session) -> None:
+        """Drop the cached columns of datasets whose records were purged or deleted since."""
+        with self._lock:
+            cached = sorted({dataset_id for dataset_id, _ in self._columns})
+        if not cached:
+            return
+        retired = session.scalars(
+            select(Dataset.id).where(
+                Dataset.id.in_(cached),
+                or_(Dataset.records_purged_at.is_not(None), Dataset.deleted_at.is_not(None)),
+            )
+        ).all()
+        for dataset_id in retired:
+            self.forget(dataset_id)
+
+
+def records_gone(session: Session, dataset_id: str) -> bool:
+    """Whether the dataset's raw records were destroyed (purged, or the dataset deleted)."""
+    row = session.execute(
+        select(Dataset.records_purged_at, Dataset.deleted_at).where(Dataset.id == dataset_id)
+    ).first()
+    return row is None or row[0] is not None or row[1] is not None
 
 
 def draw(kind: str, counts: np.ndarray, scale: float) -> np.ndarray:
@@ -350,6 +388,7 @@ def store(
     )
     session.add(record)
     session.flush()
+    record_pending_measurement(session, dataset_id, noise_kind)
     return record
 
 
@@ -420,6 +459,21 @@ def list_for_dataset(
     if active_only:
         query = query.where(MeasurementRecord.status == "active")
     return session.scalars(query.order_by(MeasurementRecord.id)).all()
+
+
+def page_for_dataset(
+    session: Session, dataset_id: str, *, limit: int, cursor: str | None = None
+) -> Page[MeasurementRecord]:
+    """One page of the dataset's measurements, oldest first."""
+    return page(
+        session,
+        select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id),
+        keys=(MeasurementRecord.id,),
+        kinds=(int,),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda record: (record.id,),
+    )
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:

@@ -29,11 +29,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord
+from app.db import Dataset, Job, MeasurementRecord
 from app.errors import InvalidRequest
 from app.ingest import unpack_column
 from app.limits import MAX_RHO, format_limit
 from app.pgm.domain import Domain
+from app.pgm.estimation import DEFAULT_ESTIMATOR
 from app.pgm.junction_tree import model_cells
 from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms import (
@@ -148,6 +149,7 @@ def submit(
     body_hash: str,
 ) -> tuple[Job, ledger.ChargeResult]:
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
     params, units = plan(
         kind,
@@ -235,6 +237,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         worker.check_lease()
         with worker.database.unit_of_work() as session:
             jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
+            # A safe point: this round's noise is not stored, so it was never released.
+            jobs.stop_if_cancelled(session, job.id)
             measurement_service.store(
                 session,
                 dataset_id=job.dataset_id,
@@ -266,17 +270,27 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
     )
-    result = RUNNERS[job.kind](
-        domain,
-        true_marginal,
-        rho,
-        [tuple(w) for w in params["workload"]],
-        options=options,
-        completed_rounds=completed,
-        on_round=on_round,
-        on_progress=on_progress,
-        base_measurements=others,
-    )
+    try:
+        result = RUNNERS[job.kind](
+            domain,
+            true_marginal,
+            rho,
+            [tuple(w) for w in params["workload"]],
+            options=options,
+            completed_rounds=completed,
+            on_round=on_round,
+            on_progress=on_progress,
+            base_measurements=others,
+        )
+    except jobs.JobCancelled:
+        # The rounds already stored are releases: they stay charged and go into the model.
+        with worker.database.read_only() as session:
+            stored = measurement_service.high_water(
+                session, dataset_id=job.dataset_id, job_id=job.id
+            )
+        if stored:
+            worker.fit_covering(job, stored, domain)
+        raise
     spent = check_spent(result.rounds, params["rho_units"])
 
     with worker.database.read_only() as session:
@@ -284,17 +298,21 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         job_high_water = measurement_service.high_water(
             session, dataset_id=job.dataset_id, job_id=job.id
         )
+        estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == job.dataset_id))
     worker.check_lease()
-    version = fits.save_if_current(
-        worker.database,
-        job.dataset_id,
-        result.model,
-        result.fit,
-        high_water=high_water,
-        measurement_count=len(others) + len(result.rounds),
-        owner=worker.worker_id,
-        lease_seconds=worker.settings.lease_seconds,
-    )
+    version = None
+    # The mechanism's own final fit is mle's; a dataset fitted otherwise refits below.
+    if estimator == DEFAULT_ESTIMATOR:
+        version = fits.save_if_current(
+            worker.database,
+            job.dataset_id,
+            result.model,
+            result.fit,
+            high_water=high_water,
+            measurement_count=len(others) + len(result.rounds),
+            owner=worker.worker_id,
+            lease_seconds=worker.settings.lease_seconds,
+        )
     bounds_version = version
     if version is None:  # something else was measured meanwhile: refit over everything
         version = worker.fit_covering(job, job_high_water, domain)

@@ -94,6 +94,7 @@ class LoadedModel:
     high_water: int
     measurements: tuple[CoveredMeasurement, ...]
     bounds: BoundContext = field(default_factory=BoundContext)
+    estimator: str = "mle"
 
     @property
     def measured_attributes(self) -> frozenset[str]:
@@ -204,6 +205,7 @@ def save_version(
         high_water=int(high_water),
         measurement_count=int(measurement_count),
         solver=record.solver,
+        estimator=record.estimator,
         iterations=int(record.iterations),
         loss=_finite_loss(record),
         seconds=float(record.seconds),
@@ -239,6 +241,7 @@ _SUMMARY_COLUMNS = (
     ModelVersion.high_water,
     ModelVersion.measurement_count,
     ModelVersion.solver,
+    ModelVersion.estimator,
     ModelVersion.iterations,
     ModelVersion.loss,
     ModelVersion.seconds,
@@ -327,6 +330,7 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
         schema=schema,
         fitted_at=row.fitted_at,
         solver=row.solver,
+        estimator=row.estimator,
         iterations=row.iterations,
         loss=row.loss,
         seconds=row.seconds,
@@ -355,10 +359,14 @@ _LATEST_OF_DATASET = (
     .scalar_subquery()
 )
 _VISIBLE_LATEST_VERSION = select(Dataset.id, _LATEST_OF_DATASET).where(
-    Dataset.id == bindparam("dataset_id")
+    Dataset.id == bindparam("dataset_id"), Dataset.deleted_at.is_(None)
 )
 _VISIBLE_LATEST_VERSION_FOR_TENANT = _VISIBLE_LATEST_VERSION.where(
-    exists().where(Grant.dataset_id == Dataset.id, Grant.tenant_id == bindparam("tenant_id"))
+    exists().where(
+        Grant.dataset_id == Dataset.id,
+        Grant.tenant_id == bindparam("tenant_id"),
+        Grant.revoked_at.is_(None),
+    )
 )
 
 

@@ -1,9 +1,8 @@
-"""Tenants and API keys: creation, lookup by key, and the admin key.
+"""Tenants: create (with a first API key), list, read, disable and enable; the admin key.
 
-Keys are `secrets.token_urlsafe(32)` (256 random bits) with a short readable
-prefix. Only their SHA-256 is stored: a key with that much entropy cannot be
-guessed from its hash, so a slow password hash would add latency and no safety.
-Comparisons use `hmac.compare_digest`.
+Tenants' keys are in `app.services.keys`. A disabled tenant keeps its keys, grants
+and ledger; every key of it is refused (401 `tenant_disabled`) until it is enabled
+again.
 
 The admin key is `PRIVQ_ADMIN_KEY` when set; otherwise one is generated on first
 start, its hash stored in `service_secrets`, and the key shown once.
@@ -11,40 +10,34 @@ start, its hash stored in `service_secrets`, and the key shown once.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import secrets
-from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db import ServiceSecret, Tenant
+from app.db import ApiKey, ServiceSecret, Tenant, utcnow
 from app.errors import AlreadyExists, InvalidRequest, NotFound
 from app.limits import control_character, describe_character
+from app.services import keys
+from app.services.keys import generate_key, hash_key
+from app.services.pages import Page, page
 
-TENANT_KEY_PREFIX = "pq_"
 ADMIN_KEY_PREFIX = "pqadmin_"
 ADMIN_KEY_SECRET_NAME = "admin_key"
-DISPLAYED_PREFIX_LENGTH = 10
 MAX_TENANT_NAME_LENGTH = 200
 
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+__all__ = ["hash_key"]  # the admin key is hashed the same way as tenants' keys
 
 
 def keys_match(key: str, stored_hash: str) -> bool:
     return hmac.compare_digest(hash_key(key), stored_hash)
 
 
-def generate_key(prefix: str) -> str:
-    return prefix + secrets.token_urlsafe(32)
-
-
-def create_tenant(session: Session, *, name: str) -> tuple[Tenant, str]:
-    """A new tenant and its API key (returned only here; only its hash is stored)."""
+def create_tenant(session: Session, *, name: str) -> tuple[Tenant, ApiKey, str]:
+    """A new tenant, its first key's row and the key (returned only here; only its hash
+    is stored)."""
     name = name.strip()
     if not name or len(name) > MAX_TENANT_NAME_LENGTH:
         raise InvalidRequest(f"tenant name must be 1 to {MAX_TENANT_NAME_LENGTH} characters")
@@ -55,10 +48,7 @@ def create_tenant(session: Session, *, name: str) -> tuple[Tenant, str]:
         )
     if session.scalars(select(Tenant.id).where(Tenant.name == name)).first() is not None:
         raise AlreadyExists(f"a tenant named {name!r} already exists")
-    api_key = generate_key(TENANT_KEY_PREFIX)
-    tenant = Tenant(
-        name=name, api_key_hash=hash_key(api_key), key_prefix=api_key[:DISPLAYED_PREFIX_LENGTH]
-    )
+    tenant = Tenant(name=name)
     session.add(tenant)
     try:
         with session.begin_nested():
@@ -66,11 +56,21 @@ def create_tenant(session: Session, *, name: str) -> tuple[Tenant, str]:
     except IntegrityError:
         # Another request created the same name between our check and insert.
         raise AlreadyExists(f"a tenant named {name!r} already exists") from None
-    return tenant, api_key
+    key_row, api_key = keys.issue(session, tenant)
+    return tenant, key_row, api_key
 
 
-def list_tenants(session: Session) -> Sequence[Tenant]:
-    return session.scalars(select(Tenant).order_by(Tenant.created_at, Tenant.name)).all()
+def list_tenants(session: Session, *, limit: int, cursor: str | None = None) -> Page[Tenant]:
+    """One page of tenants, oldest first."""
+    return page(
+        session,
+        select(Tenant),
+        keys=(Tenant.created_at, Tenant.id),
+        kinds=(datetime, str),
+        limit=limit,
+        cursor=cursor,
+        key_of=lambda tenant: (tenant.created_at, tenant.id),
+    )
 
 
 def get_tenant(session: Session, tenant_id: str) -> Tenant:
@@ -80,13 +80,18 @@ def get_tenant(session: Session, tenant_id: str) -> Tenant:
     return tenant
 
 
-def tenant_for_key(session: Session, api_key: str) -> Tenant | None:
-    """The tenant holding this key, or None."""
+def set_disabled(session: Session, tenant_id: str, *, disabled: bool) -> Tenant:
+    """Disable (every key refused from the next request on) or enable a tenant; idempotent."""
     tenant = session.scalars(
-        select(Tenant).where(Tenant.api_key_hash == hash_key(api_key))
+        select(Tenant).where(Tenant.id == tenant_id).with_for_update()
     ).one_or_none()
-    if tenant is None or not keys_match(api_key, tenant.api_key_hash):
-        return None
+    if tenant is None:
+        raise NotFound("tenant not found")
+    if disabled and tenant.disabled_at is None:
+        tenant.disabled_at = utcnow()
+    elif not disabled:
+        tenant.disabled_at = None
+    session.flush()
     return tenant
 
 

@@ -38,7 +38,7 @@ def _metric(text: str, prefix: str) -> float:
 def test_metrics_count_requests_by_route_template_and_committed_rho(client, api, database) -> None:
     tenant, dataset = api.tenant_with_grant(1.0)
     client.get(f"/v1/datasets/{dataset['id']}", headers=tenant["headers"])
-    before = client.get("/metrics").text
+    before = client.get("/metrics", headers=ADMIN_HEADERS).text
     assert 'route="/v1/datasets/{dataset_id}"' in before
     assert dataset["id"] not in before  # concrete ids never become labels
     charged_before = _metric(before, "privq_rho_charged_total")
@@ -52,7 +52,7 @@ def test_metrics_count_requests_by_route_template_and_committed_rho(client, api,
             session, tenant_id=tenant["id"], dataset_id=dataset["id"], rho_units=rho_units(0.5)
         )
         session.rollback()
-    after = client.get("/metrics").text
+    after = client.get("/metrics", headers=ADMIN_HEADERS).text
     assert _metric(after, "privq_rho_charged_total") - charged_before == 0.25
     assert "privq_http_request_duration_seconds_bucket" in after
 

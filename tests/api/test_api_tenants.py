@@ -7,7 +7,7 @@ import hashlib
 from conftest import ADMIN_HEADERS, bearer, unique_name
 from sqlalchemy import select
 
-from app.db import Tenant
+from app.db import ApiKey
 
 
 def test_create_tenant_returns_a_working_key_once(client, api) -> None:
@@ -27,9 +27,10 @@ def test_create_tenant_returns_a_working_key_once(client, api) -> None:
 def test_key_is_stored_only_as_its_sha256(api, database) -> None:
     tenant = api.create_tenant()
     with database.read_only() as session:
-        row = session.scalars(select(Tenant).where(Tenant.id == tenant["id"])).one()
-    assert row.api_key_hash == hashlib.sha256(tenant["api_key"].encode()).hexdigest()
-    assert tenant["api_key"] not in (row.api_key_hash, row.key_prefix)
+        row = session.scalars(select(ApiKey).where(ApiKey.tenant_id == tenant["id"])).one()
+    assert row.id == tenant["key_id"]
+    assert row.key_hash == hashlib.sha256(tenant["api_key"].encode()).hexdigest()
+    assert tenant["api_key"] not in (row.key_hash, row.key_prefix)
 
 
 def test_duplicate_tenant_name_is_409(client, api) -> None:

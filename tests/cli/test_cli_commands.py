@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.cli import build_parser, main
 from app.config import get_settings
-from app.db import Tenant
+from app.db import ApiKey, Tenant
 
 
 @pytest.fixture
@@ -45,10 +45,11 @@ def test_admin_create_tenant_prints_id_and_key(env_database, capsys) -> None:
     try:
         with Session(engine) as session:
             tenant = session.scalars(select(Tenant).where(Tenant.id == tenant_id)).one()
+            key = session.scalars(select(ApiKey).where(ApiKey.tenant_id == tenant_id)).one()
     finally:
         engine.dispose()
     assert tenant.name == "cli-team"
-    assert tenant.api_key_hash == hashlib.sha256(api_key.encode()).hexdigest()
+    assert key.key_hash == hashlib.sha256(api_key.encode()).hexdigest()
     # A second tenant with the same name is refused with a message, not a traceback.
     assert main(["admin", "create-tenant", "cli-team"]) == 1
     assert "already exists" in capsys.readouterr().err

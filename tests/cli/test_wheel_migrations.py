@@ -1,4 +1,5 @@
-"""The built wheel carries every module and the Alembic scripts; `privq migrate` runs from it.
+"""The built wheel carries every module, the client (typed) and the Alembic scripts;
+`privq migrate` runs from it.
 
 The repository keeps the migrations at the top level (alembic/, alembic.ini); the
 wheel must still hold them (as app/migration_scripts), or an installed privq could
@@ -23,7 +24,7 @@ from sqlalchemy import create_engine, inspect
 from app.migrations import alembic_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("app", "alembic", "setup.py", "pyproject.toml", "README.md")
+SOURCES = ("app", "privq_client", "alembic", "setup.py", "pyproject.toml", "README.md")
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,12 @@ def test_the_wheel_holds_every_module_and_the_migration_scripts(wheel: Path) -> 
         if "__pycache__" not in path.parts
     }
     assert modules <= names, sorted(modules - names)
+    client = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "privq_client").iterdir()
+        if path.suffix == ".py" or path.name == "py.typed"
+    }
+    assert "privq_client/py.typed" in client and client <= names, sorted(client - names)
     revisions = [p.name for p in (ROOT / "alembic" / "versions").glob("*.py")]
     assert revisions, "no migration revisions in alembic/versions"
     packaged = {f"app/migration_scripts/versions/{name}" for name in revisions}

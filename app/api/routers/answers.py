@@ -354,26 +354,35 @@ def read_synthetic(
     principal: PrincipalDep,
     rows: Annotated[
         int | None,
-        SYNTHETIC_ROWS.field("Rows to sample; default the model's estimated total."),
+        SYNTHETIC_ROWS.field("Rows to make; default the model's estimated total."),
         BeforeValidator(lambda value: None if value is None else SYNTHETIC_ROWS.check_text(value)),
         Query(),
     ] = None,
     seed: Annotated[
         int | None,
-        SEED.field("Seed, for a reproducible sample."),
+        SEED.field("Seed, for reproducible records (the same bytes)."),
         BeforeValidator(lambda value: None if value is None else SEED.check_text(value)),
         Query(),
     ] = None,
+    method: Annotated[
+        Literal["round", "sample"],
+        Query(
+            description="round: every clique marginal of the records is the model's, up to "
+            "rounding; sample: records drawn i.i.d. from the model."
+        ),
+    ] = "round",
 ) -> StreamingResponse:
-    """Synthetic records sampled from the model, streamed as CSV in the schema's labels."""
+    """Synthetic records from the model, streamed as CSV in the schema's values (numeric
+    attributes as numbers inside their bins)."""
     loaded = _loaded_model(database, principal, dataset_id)
     count = answers.synthetic_rows(loaded, rows)
     return StreamingResponse(
-        answers.synthetic_csv(loaded, count, seed),
+        answers.synthetic_csv(loaded, count, seed, method=method),
         media_type="text/csv; charset=utf-8",
         headers={
             "Content-Disposition": (f'attachment; filename="synthetic-v{loaded.version}.csv"'),
             "X-Model-Version": str(loaded.version),
             "X-Rows": str(count),
+            "X-Synthetic-Method": method,
         },
     )

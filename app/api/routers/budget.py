@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BeforeValidator
 
 from app.api.deps import PrincipalDep, ReadSessionDep
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
@@ -71,15 +72,25 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses=error_responses({404: NO_SUCH_DATASET}),
+    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
 def read_ledger(
-    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
+    dataset_id: ResourceId,
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
     tenant_id = principal.tenant_id
     dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-    return [
-        LedgerEntryOut.of(entry)
-        for entry in ledger.entries(session, dataset_id=dataset_id, tenant_id=tenant_id)
-    ]
+    found = ledger.entries(
+        session,
+        dataset_id=dataset_id,
+        tenant_id=tenant_id,
+        limit=page_request.limit,
+        cursor=page_request.cursor,
+    )
+    link_next(request, response, found.next_cursor)
+    return [LedgerEntryOut.of(entry) for entry in found.items]

@@ -1,16 +1,21 @@
-"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted ones)."""
+"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted
+ones), and the admin's settings (PATCH: the estimator, which queues a refit)."""
 
 from __future__ import annotations
 
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, UploadFile, status
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
 
 from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
-from app.api.schemas import NO_SUCH_DATASET, DatasetOut, error_responses
+from app.api.openapi import refusals
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import Name, ResourceId, SafeText
+from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
+from app.services import refits
 from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -82,14 +87,25 @@ def upload_dataset(
     return DatasetOut.of(dataset, for_admin=True)
 
 
-@router.get("", response_model=list[DatasetOut], response_model_exclude_none=True)
-def list_datasets(session: ReadSessionDep, principal: PrincipalDep) -> list[DatasetOut]:
+@router.get(
+    "",
+    response_model=list[DatasetOut],
+    response_model_exclude_none=True,
+    responses={200: {"headers": LINK_HEADER_DOC}},
+)
+def list_datasets(
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
+) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
-    tenant_id = principal.tenant_id
-    return [
-        DatasetOut.of(dataset, for_admin=principal.is_admin)
-        for dataset in dataset_service.list_datasets(session, tenant_id=tenant_id)
-    ]
+    found = dataset_service.list_datasets(
+        session, tenant_id=principal.tenant_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    link_next(request, response, found.next_cursor)
+    return [DatasetOut.of(dataset, for_admin=principal.is_admin) for dataset in found.items]
 
 
 @router.get(
@@ -105,3 +121,52 @@ def read_dataset(
     tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     return DatasetOut.of(dataset, for_admin=principal.is_admin)
+
+
+@router.patch(
+    "/{dataset_id}",
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    responses=error_responses(
+        {404: NO_SUCH_DATASET, 422: "An unknown estimator or field, or no field at all."}
+    ),
+)
+def update_dataset(
+    dataset_id: ResourceId, body: DatasetPatch, session: SessionDep, _admin: AdminAuth
+) -> DatasetOut:
+    """Set the dataset's estimator. If it changed and anything is measured, a refit job
+    (`refit_job_id`) fits the next model version from the same measurements: no noise is
+    drawn and nothing is charged. `GET /model` names the estimator of each version."""
+    change = refits.set_estimator(session, dataset_id, body.estimator)
+    out = DatasetOut.of(change.dataset, for_admin=True)
+    out.refit_job_id = change.job.id if change.job is not None else None
+    return out
+
+
+@router.delete(
+    "/{dataset_id}/records",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Destroy a dataset's raw records; its model keeps answering (admin)",
+    responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
+)
+def purge_records(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
+    """The uploaded records are deleted from the database; every free answer (marginals,
+    counts, queries, synthetic data) keeps working from the model, and measuring gets
+    409 `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
+    queued or running. Purging again changes nothing."""
+    dataset_service.purge_records(session, dataset_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a dataset: records, measurements and models (admin)",
+    responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
+)
+def delete_dataset(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
+    """Records, measurements and model versions are deleted and every grant on it revoked;
+    the dataset is then a 404 to everyone. The ledger keeps its lines for the audit
+    (`GET /v1/ledger?dataset_id=`). 409 `jobs_pending` while a job is queued or running."""
+    dataset_service.delete_dataset(session, dataset_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
 
 from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
-from app.api.schemas import GrantCreate, GrantOut, error_responses
+from app.api.openapi import refusals
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
 from app.api.types import ResourceId
+from app.errors import BelowSpent, GrantRevoked, NotFound, RhoTotalExceeded
 from app.services import datasets as dataset_service
 from app.services import grants as grant_service
 
@@ -40,12 +43,74 @@ def create_grant(
     return GrantOut.of(grant)
 
 
-@router.get("", response_model=list[GrantOut])
+@router.get(
+    "",
+    response_model=list[GrantOut],
+    responses={
+        200: {"headers": LINK_HEADER_DOC},
+        **refusals(NotFound, not_found="No such dataset."),
+    },
+)
 def list_grants(
-    dataset_id: ResourceId, session: ReadSessionDep, _admin: AdminAuth
+    dataset_id: ResourceId,
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    _admin: AdminAuth,
+    page_request: PageDep,
 ) -> list[GrantOut]:
-    """Every grant on this dataset."""
+    """Every grant on this dataset with its limit, spent and remaining ρ, oldest first."""
     dataset_service.get_dataset(session, dataset_id)
-    return [
-        GrantOut.of(grant) for grant in grant_service.list_grants(session, dataset_id=dataset_id)
-    ]
+    found = grant_service.list_grants(
+        session, dataset_id=dataset_id, limit=page_request.limit, cursor=page_request.cursor
+    )
+    spent = grant_service.spent_by_grant(session, (grant.id for grant in found.items))
+    link_next(request, response, found.next_cursor)
+    return [GrantOut.of(grant, spent_units=spent[grant.id]) for grant in found.items]
+
+
+@router.patch(
+    "/{grant_id}",
+    response_model=GrantOut,
+    summary="Raise or lower a grant's ρ limit (admin)",
+    responses=refusals(
+        NotFound,
+        BelowSpent,
+        RhoTotalExceeded,
+        GrantRevoked,
+        not_found="No such dataset, or no such grant on it.",
+    ),
+)
+def update_grant(
+    dataset_id: ResourceId,
+    grant_id: ResourceId,
+    body: GrantUpdate,
+    session: SessionDep,
+    _admin: AdminAuth,
+) -> GrantOut:
+    """Top up or lower a tenant's limit. Never below what the grant has spent (409
+    `rho_below_spent`), never past the dataset's rho_total (409 `rho_total_exceeded`)."""
+    grant = grant_service.set_limit(
+        session,
+        dataset_id=dataset_id,
+        grant_id=grant_id,
+        rho_units=body.required_units(rounding="down"),
+    )
+    spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
+    return GrantOut.of(grant, spent_units=spent)
+
+
+@router.delete(
+    "/{grant_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Revoke a grant (admin): the tenant loses the dataset",
+    responses=refusals(NotFound, not_found="No such dataset, or no such grant on it."),
+)
+def revoke_grant(
+    dataset_id: ResourceId, grant_id: ResourceId, session: SessionDep, _admin: AdminAuth
+) -> Response:
+    """The tenant gets 404 on the dataset from then on, as if it did not exist; its jobs
+    on it that have not finished are cancelled (a queued one refunded whole). The ledger
+    keeps every charge; revoking again changes nothing."""
+    grant_service.revoke(session, dataset_id=dataset_id, grant_id=grant_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -5,15 +5,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
-from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
 from app.api.types import AttributeName, IdempotencyKeyText, LaplaceScale, ResourceId, Sigma
-from app.db import Job
+from app.config import Settings
+from app.db import Dataset, Job
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
+from app.services import dry_run as dry_run_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services.ledger import ChargeResult
@@ -89,6 +94,7 @@ class JobAccepted(BaseModel):
 class JobOut(BaseModel):
     id: str
     dataset_id: str
+    tenant_id: str | None
     kind: str
     status: str
     progress: dict[str, Any] | None
@@ -98,12 +104,16 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    cancel_requested_at: datetime | None = Field(
+        default=None, description="Set: the job stops at its next safe point (running)."
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
         return cls(
             id=job.id,
             dataset_id=job.dataset_id,
+            tenant_id=job.tenant_id,
             kind=job.kind,
             status=job.status,
             progress=job.progress,
@@ -113,6 +123,7 @@ class JobOut(BaseModel):
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
+            cancel_requested_at=job.cancel_requested_at,
         )
 
 
@@ -143,28 +154,35 @@ IdempotencyKey = Annotated[
 ]
 
 
-@router.post(
-    "/v1/datasets/{dataset_id}/measurements",
-    status_code=status.HTTP_202_ACCEPTED,
-    response_model=JobAccepted,
-    responses=error_responses(
-        {
-            404: NO_SUCH_DATASET,
-            409: "Insufficient budget, or Idempotency-Key reused.",
-            422: "Invalid marginals, noise, or model too large.",
-        }
+DryRunFlag = Annotated[
+    bool,
+    Query(
+        description="Only say what the request would cost and how accurate it would be: "
+        "nothing is charged, no job is made (200 instead of 202).",
+        examples=[True],
     ),
-)
-def create_measurement(
-    dataset_id: ResourceId,
+]
+DryRunDelta = Annotated[
+    float,
+    Query(gt=0, lt=1, description="δ for the dry run's ε (tight CKS conversion).", examples=[1e-6]),
+]
+DEFAULT_DELTA = 1e-6
+
+
+def dry_run_response(estimate: dict[str, Any]) -> JSONResponse:
+    return JSONResponse(DryRunOut(**estimate).model_dump(mode="json", exclude_none=True))
+
+
+def _plan(
+    session: Session,
+    dataset_id: str,
     body: MeasurementRequest,
-    session: SessionDep,
-    settings: SettingsDep,
-    tenant: CurrentTenant,
-    idempotency_key: IdempotencyKey = None,
-) -> JobAccepted:
-    """Charge ρ and queue a job that measures the marginals with exact discrete noise."""
-    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant.id)
+    settings: Settings,
+    tenant_id: str,
+) -> tuple[Dataset, measurement_service.MeasurementPlan]:
+    """The visible dataset and the validated, priced request (no writes)."""
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
     given_scale = body.sigma if body.noise == "gaussian" else body.scale
     wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
@@ -182,6 +200,57 @@ def create_measurement(
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
     )
+    return dataset, plan
+
+
+@router.post(
+    "/v1/datasets/{dataset_id}/measurements",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=JobAccepted,
+    responses={
+        200: {"model": DryRunOut, "description": "`dry_run=true`: cost and expected error."},
+        **error_responses(
+            {
+                404: NO_SUCH_DATASET,
+                409: "Insufficient budget, Idempotency-Key reused, or the dataset's "
+                "records were purged (`records_purged`).",
+                422: "Invalid marginals, noise, or model too large.",
+            }
+        ),
+    },
+)
+def create_measurement(
+    dataset_id: ResourceId,
+    body: MeasurementRequest,
+    session: SessionDep,
+    database: DatabaseDep,
+    settings: SettingsDep,
+    tenant: CurrentTenant,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRunFlag = False,
+    delta: DryRunDelta = DEFAULT_DELTA,
+) -> JobAccepted | JSONResponse:
+    """Charge ρ and queue a job that measures the marginals with exact discrete noise.
+
+    With `dry_run=true`: nothing is charged and no job is made; the answer (200) is the
+    cost in ρ and in ε at `delta`, the noise scale, each marginal's expected error in
+    counts, and the ρ that would remain.
+    """
+    if dry_run:
+        with database.read_only() as read_session:
+            dataset, plan = _plan(read_session, dataset_id, body, settings, tenant.id)
+            estimate = dry_run_service.measurement(
+                read_session,
+                tenant_id=tenant.id,
+                dataset_id=dataset_id,
+                domain=dataset_service.dataset_schema(dataset).domain(),
+                plan=plan,
+                delta=delta,
+                max_model_cells=settings.max_model_cells,
+            )
+        return dry_run_response(estimate)
+    dataset, plan = _plan(session, dataset_id, body, settings, tenant.id)
+    domain = dataset_service.dataset_schema(dataset).domain()
     job, charge = measurement_service.submit(
         session,
         tenant_id=tenant.id,
@@ -214,15 +283,24 @@ def read_job(job_id: ResourceId, database: DatabaseDep, principal: PrincipalDep)
 @router.get(
     "/v1/datasets/{dataset_id}/measurements",
     response_model=list[MeasurementOut],
-    responses=error_responses({404: NO_SUCH_DATASET}),
+    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
 )
 def list_measurements(
-    dataset_id: ResourceId, database: DatabaseDep, principal: PrincipalDep
+    dataset_id: ResourceId,
+    request: Request,
+    response: Response,
+    database: DatabaseDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
     tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+        found = measurement_service.page_for_dataset(
+            session, dataset_id, limit=page_request.limit, cursor=page_request.cursor
+        )
+        link_next(request, response, found.next_cursor)
         return [
             MeasurementOut(
                 id=record.id,
@@ -238,5 +316,5 @@ def list_measurements(
                 status=record.status,  # type: ignore[arg-type]
                 quarantine_reason=record.quarantine_reason,
             )
-            for record in measurement_service.list_for_dataset(session, dataset_id)
+            for record in found.items
         ]

@@ -3,30 +3,44 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, status
+from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app.api.deps import CurrentTenant, SessionDep, SettingsDep
-from app.api.routers.measurements import IdempotencyKey, JobAccepted, MarginalIn
-from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
+from app.api.deps import CurrentTenant, DatabaseDep, SessionDep, SettingsDep
+from app.api.routers.measurements import (
+    DEFAULT_DELTA,
+    DryRunDelta,
+    DryRunFlag,
+    IdempotencyKey,
+    JobAccepted,
+    MarginalIn,
+    dry_run_response,
+)
+from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
 from app.api.types import NumberRange, ResourceId
 from app.config import Settings
-from app.db import Tenant
+from app.db import Database, Tenant
+from app.services import dry_run as dry_run_service
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}/mechanisms", tags=["mechanisms"])
 
-RESPONSES = error_responses(
-    {
-        404: NO_SUCH_DATASET,
-        409: "Insufficient budget, or Idempotency-Key reused.",
-        422: "Invalid workload or options, or model too large.",
-    }
-)
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": DryRunOut, "description": "`dry_run=true`: cost and expected error."},
+    **error_responses(
+        {
+            404: NO_SUCH_DATASET,
+            409: "Insufficient budget, Idempotency-Key reused, or the dataset's records "
+            "were purged (`records_purged`).",
+            422: "Invalid workload or options, or model too large.",
+        }
+    ),
+}
 
 
 MODEL_CELLS = NumberRange("max_model_cells", ge=1, le=10**12, whole=True)
@@ -77,14 +91,33 @@ class MwemRequest(AimRequest):
 @dataclass(frozen=True)
 class Submission:
     """What every mechanism route takes besides its body: the unit of work, the
-    settings, the paying tenant and the request's idempotency key."""
+    settings, the paying tenant, the request's idempotency key, and whether it is a
+    dry run (then only a read-only session of `database` is used)."""
 
     session: Session
+    database: Database
     settings: Settings
     tenant: Tenant
     idempotency_key: str | None
+    dry_run: bool
+    delta: float
 
-    def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted:
+    def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted | JSONResponse:
+        if self.dry_run:
+            with self.database.read_only() as read_session:
+                estimate = dry_run_service.mechanism(
+                    read_session,
+                    kind=kind,
+                    tenant_id=self.tenant.id,
+                    dataset_id=dataset_id,
+                    settings=self.settings,
+                    rho_units_total=body.required_units(rounding="up"),
+                    workload=body.workload,
+                    max_model_cells=body.max_model_cells,
+                    rounds=getattr(body, "rounds", None),
+                    delta=self.delta,
+                )
+            return dry_run_response(estimate)
         job, charge = mechanism_service.submit(
             self.session,
             kind=kind,
@@ -103,11 +136,14 @@ class Submission:
 
 def _submission(
     session: SessionDep,
+    database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
     idempotency_key: IdempotencyKey = None,
+    dry_run: DryRunFlag = False,
+    delta: DryRunDelta = DEFAULT_DELTA,
 ) -> Submission:
-    return Submission(session, settings, tenant, idempotency_key)
+    return Submission(session, database, settings, tenant, idempotency_key, dry_run, delta)
 
 
 SubmissionDep = Annotated[Submission, Depends(_submission)]
@@ -116,14 +152,26 @@ SubmissionDep = Annotated[Submission, Depends(_submission)]
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_aim(dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep) -> JobAccepted:
-    """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`."""
+def run_aim(
+    dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep
+) -> JobAccepted | JSONResponse:
+    """AIM (McKenna et al., VLDB 2022): adaptive select-measure rounds within `rho`.
+
+    With `dry_run=true`: nothing is charged; the answer is the cost, AIM's schedule
+    (rounds, σ₀, ε₀) and the expected error of each marginal measured at σ₀.
+    """
     return submission.submit("aim", dataset_id, body)
 
 
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
-def run_mwem(dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep) -> JobAccepted:
-    """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload."""
+def run_mwem(
+    dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep
+) -> JobAccepted | JSONResponse:
+    """MWEM+PGM: `rounds` rounds of exponential-mechanism selection over the workload.
+
+    With `dry_run=true`: nothing is charged; the answer is the cost, the rounds, σ and
+    ε per round, and the expected error of each workload marginal measured at σ.
+    """
     return submission.submit("mwem", dataset_id, body)

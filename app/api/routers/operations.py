@@ -1,4 +1,4 @@
-"""Operations: liveness (/healthz), readiness (/readyz) and Prometheus metrics.
+"""Operations: liveness (/healthz) and readiness (/readyz); /metrics is in `metrics.py`.
 
 `/healthz` answers 200 as long as the process serves requests: a load balancer or
 orchestrator restarts the process when it does not. `/readyz` answers 200 only when
@@ -8,13 +8,12 @@ reason otherwise (`unavailable`, `schema_not_current`): route traffic here only 
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.api.deps import DatabaseDep
 from app.api.schemas import HealthOut, ReadyOut, error_responses
 from app.errors import ServiceUnavailable
-from app.metrics import CONTENT_TYPE, render_latest
 from app.migrations import check_schema_current, head_revision
 
 router = APIRouter(tags=["operations"])
@@ -41,9 +40,3 @@ def readyz(database: DatabaseDep) -> ReadyOut:
         cause = type(getattr(error, "orig", None) or error).__name__
         raise ServiceUnavailable(f"the database is unreachable ({cause})") from None
     return ReadyOut(status="ready", database="ok", schema_revision=head_revision())
-
-
-@router.get("/metrics", response_class=Response)
-def metrics() -> Response:
-    """Prometheus text exposition: request counts and latencies, ρ charged."""
-    return Response(content=render_latest(), media_type=CONTENT_TYPE)

@@ -78,6 +78,7 @@ def model_description(loaded: LoadedModel) -> dict[str, Any]:
         "version": loaded.version,
         "cliques": [list(c) for c in loaded.cliques],
         "fitted_at": loaded.fitted_at.isoformat(),
+        "estimator": loaded.estimator,
         "solver": loaded.solver,
         "iterations": loaded.iterations,
         "loss": loaded.loss,

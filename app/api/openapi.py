@@ -1,0 +1,208 @@
+"""The OpenAPI document: every route with a summary, its error codes and examples.
+
+- `refusals(NotFound, InsufficientBudget, …)` documents a route's refusals from
+  the typed exceptions it raises: one response per status, listing each `code` with
+  its docstring and an example body. Routers use it instead of writing the
+  descriptions by hand, so the document names the same codes the service sends.
+- `install_openapi(app)` post-processes FastAPI's document once, when it is first
+  asked for: a route without an explicit summary gets its docstring's first line;
+  a route behind authentication gets 401 (and 403 when only the admin, or only a
+  tenant, may call it), found from its dependencies; FastAPI's default 422 schema
+  (`HTTPValidationError`, which privq never sends) becomes the `{"error": …}` body
+  with an example; any error response still without an example gets one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from fastapi.dependencies.models import Dependant
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from app.errors import Forbidden, PrivqError, Unauthorized
+
+ERROR_SCHEMA_REF = "#/components/schemas/ErrorOut"
+
+
+def _doc(error: type[PrivqError]) -> str:
+    return " ".join((error.__doc__ or error.code).split())
+
+
+def _example(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **details}}
+
+
+def refusals(*errors: type[PrivqError], **notes: str) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route that may refuse with these errors.
+
+    `notes` adds a sentence per code (by code name) where the docstring is not enough,
+    e.g. `not_found="No such dataset, or no grant on it."`.
+    """
+    by_status: dict[int, list[type[PrivqError]]] = {}
+    for error in errors:
+        by_status.setdefault(error.status, []).append(error)
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status, group in sorted(by_status.items()):
+        lines = []
+        examples = {}
+        for error in group:
+            note = notes.get(error.code)
+            lines.append(f"`{error.code}`: {note or _doc(error)}")
+            examples[error.code] = {
+                "summary": error.code,
+                "value": _example(error.code, note or _doc(error)),
+            }
+        responses[status] = {
+            "description": "\n\n".join(lines),
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": ERROR_SCHEMA_REF},
+                    "examples": examples,
+                }
+            },
+        }
+    return responses
+
+
+def _dependency_calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
+    for dependency in dependant.dependencies:
+        if dependency.call is not None:
+            yield dependency.call
+        yield from _dependency_calls(dependency)
+
+
+def _summary_from_docstring(route: APIRoute) -> str | None:
+    text = (route.description or "").strip()
+    if not text:
+        return None
+    first = text.split("\n\n", 1)[0]
+    first = " ".join(first.split())
+    sentence = first.split(". ", 1)[0].rstrip(".")
+    return sentence if len(sentence) <= 120 else sentence[:117].rstrip() + "…"
+
+
+def _generic_example(status: str) -> dict[str, Any]:
+    code = {
+        "401": "unauthorized",
+        "403": "forbidden",
+        "404": "not_found",
+        "409": "conflict",
+        "413": "payload_too_large",
+        "422": "invalid_request",
+        "503": "unavailable",
+    }.get(status, "error")
+    phrase = HTTPStatus(int(status)).phrase if status.isdigit() else "error"
+    return _example(code, phrase)
+
+
+def _ensure_error_content(response: dict[str, Any], status: str) -> None:
+    content = response.setdefault("content", {}).setdefault("application/json", {})
+    schema_ref = content.get("schema", {}).get("$ref", "")
+    if not schema_ref or schema_ref.endswith("/HTTPValidationError"):
+        content["schema"] = {"$ref": ERROR_SCHEMA_REF}
+    if "example" not in content and "examples" not in content:
+        if status == "422":
+            content["example"] = _example(
+                "invalid_request",
+                "body.rho: Input should be a valid number",
+                fields=[{"field": "body.rho", "reason": "Input should be a valid number"}],
+            )
+        else:
+            content["example"] = _generic_example(status)
+
+
+def _auth_responses(route: APIRoute) -> dict[str, dict[str, Any]]:
+    from app.api import deps  # the dependencies that decide who may call a route
+
+    calls = set(_dependency_calls(route.dependant))
+    added: dict[str, dict[str, Any]] = {}
+    if deps.get_principal in calls:
+        added.update(
+            {str(k): v for k, v in refusals(Unauthorized).items()},
+        )
+    if deps.require_admin in calls:
+        added.update(
+            {
+                str(k): v
+                for k, v in refusals(
+                    Forbidden, forbidden="A tenant key was sent; this route needs the admin key."
+                ).items()
+            }
+        )
+    elif deps.require_tenant in calls:
+        added.update(
+            {
+                str(k): v
+                for k, v in refusals(
+                    Forbidden,
+                    forbidden="The admin key was sent; it holds no budget, use a tenant's key.",
+                ).items()
+            }
+        )
+    return added
+
+
+def api_routes(routers: Iterable[APIRouter]) -> list[APIRoute]:
+    """The routes of these routers (their paths already carry the router's prefix)."""
+    return [route for router in routers for route in router.routes if isinstance(route, APIRoute)]
+
+
+def install_openapi(app: FastAPI, routes: Sequence[APIRoute]) -> None:
+    """Replace `app.openapi` with the post-processed document (built once, then cached).
+
+    `routes` are the API's routes as declared (`api_routes(routers)`): what each needs
+    (its dependencies, its docstring) is read from them, and the document's operation
+    with the same path and method is completed.
+    """
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = get_openapi(
+            title=app.title,
+            version=app.version,
+            openapi_version=app.openapi_version,
+            summary=app.summary,
+            description=app.description,
+            routes=app.routes,
+            tags=app.openapi_tags,
+            servers=app.servers,
+        )
+        paths = document.get("paths", {})
+        for route in routes:
+            if not route.include_in_schema:
+                continue
+            operations = paths.get(route.path_format, {})
+            extra = _auth_responses(route)
+            summary = route.summary or _summary_from_docstring(route)
+            for method in route.methods or ():
+                operation = operations.get(method.lower())
+                if operation is None:
+                    continue
+                if summary:
+                    operation["summary"] = summary
+                responses = operation.setdefault("responses", {})
+                for status, response in extra.items():
+                    responses.setdefault(status, response)
+                for status, response in responses.items():
+                    if status[:1] in ("4", "5"):
+                        _ensure_error_content(response, status)
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        if "ErrorOut" not in schemas:
+            from app.api.schemas import ErrorOut
+
+            error_schema = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(error_schema.pop("$defs", {}))
+            schemas["ErrorOut"] = error_schema
+        text = repr(paths)
+        for name in ("HTTPValidationError", "ValidationError"):
+            if name in schemas and f"/{name}'" not in text:
+                del schemas[name]
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi  # type: ignore[method-assign]

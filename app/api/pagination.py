@@ -1,0 +1,61 @@
+"""Pagination of list routes: `limit` and `cursor` in, a `Link: <…>; rel="next"` header out.
+
+Every list route stays a JSON array; the next page, if there is one, is named in the
+`Link` header (RFC 8288) by the same URL with `cursor` set — filters and `limit` kept.
+The last page has no `Link` header.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Query, Request, Response
+
+from app.services.pages import DEFAULT_LIMIT, MAX_LIMIT
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    limit: int
+    cursor: str | None
+
+
+def page_request(
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_LIMIT,
+            description=f"Items per page (at most {MAX_LIMIT}).",
+            examples=[DEFAULT_LIMIT],
+        ),
+    ] = DEFAULT_LIMIT,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description='Opaque: the `cursor` of the previous page\'s `Link: <…>; rel="next"`.',
+        ),
+    ] = None,
+) -> PageRequest:
+    return PageRequest(limit=limit, cursor=cursor)
+
+
+PageDep = Annotated[PageRequest, Depends(page_request)]
+
+LINK_HEADER_DOC = {
+    "Link": {
+        "description": 'The next page: `<url>; rel="next"` (absent on the last page).',
+        "schema": {"type": "string"},
+    }
+}
+
+
+def link_next(request: Request, response: Response, next_cursor: str | None) -> None:
+    """Name the next page in `Link`, as this request's path and query with the new cursor."""
+    if next_cursor is None:
+        return
+    url = request.url.include_query_params(cursor=next_cursor)
+    target = url.path + (f"?{url.query}" if url.query else "")
+    response.headers["Link"] = f'<{target}>; rel="next"'

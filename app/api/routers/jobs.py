@@ -1,0 +1,82 @@
+"""Jobs: list them (a tenant its own; the admin all), newest first, with filters; cancel one.
+
+`GET /v1/jobs/{id}` is beside the routes that create jobs (`measurements.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+
+from app.api.deps import PrincipalDep, ReadSessionDep, SessionDep
+from app.api.openapi import refusals
+from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.routers.measurements import JobOut
+from app.api.types import ResourceId
+from app.errors import JobFinished, NotFound
+from app.services import jobs as job_service
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+@router.get(
+    "",
+    response_model=list[JobOut],
+    summary="List jobs, newest first (a tenant sees only its own)",
+    responses={200: {"headers": LINK_HEADER_DOC}},
+)
+def list_jobs(
+    request: Request,
+    response: Response,
+    session: ReadSessionDep,
+    principal: PrincipalDep,
+    page_request: PageDep,
+    dataset_id: Annotated[
+        str | None, Query(max_length=36, description="Only this dataset's jobs.")
+    ] = None,
+    status: Annotated[
+        JobStatus | None, Query(description="Only jobs in this state.", examples=["queued"])
+    ] = None,
+    kind: Annotated[
+        str | None,
+        Query(
+            pattern=r"^[a-z_]{1,32}$",
+            description="Only jobs of this kind (`measure`, `aim`, `mwem`, …).",
+            examples=["measure"],
+        ),
+    ] = None,
+) -> list[JobOut]:
+    """Jobs newest first, filtered by dataset, status and kind. A tenant sees the jobs it
+    submitted and no other tenant's, whatever the filters; the admin sees every job."""
+    found = job_service.list_jobs(
+        session,
+        tenant_id=principal.tenant_id,
+        dataset_id=dataset_id,
+        status=status,
+        kind=kind,
+        limit=page_request.limit,
+        cursor=page_request.cursor,
+    )
+    link_next(request, response, found.next_cursor)
+    return [JobOut.of(job) for job in found.items]
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobOut,
+    summary="Cancel a job: a queued one is refunded whole, a running one stops and "
+    "refunds what it had not used",
+    responses=refusals(NotFound, JobFinished, not_found="No such job (or not yours)."),
+)
+def cancel_job(job_id: ResourceId, session: SessionDep, principal: PrincipalDep) -> JobOut:
+    """The job's owner or the admin. A queued job becomes `cancelled` and its whole charge
+    is refunded (a refund line of its own in the ledger). A running job stops at its next
+    safe point and refunds exactly the ρ it had not used yet; noise already drawn stays
+    charged and stays in the model. Cancelling a cancelled job changes nothing; a
+    finished one is 409 `job_finished`."""
+    job = job_service.get(session, job_id, tenant_id=principal.tenant_id, for_update=True)
+    job_service.cancel(session, job)
+    return JobOut.of(job)

@@ -1,0 +1,95 @@
+"""`privq datasets list|show|upload|purge-records|delete`: the curator's tables."""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.api.schemas import DatasetOut
+from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.config import get_settings
+from app.services import datasets as dataset_service
+from app.services.rho import rho_units
+
+DATASET_COLUMNS = ("id", "name", "rows", "rho_total", "created_at")
+
+
+def list_datasets(args: argparse.Namespace, session: Session) -> Listing:
+    found = dataset_service.list_datasets(session, limit=args.limit, cursor=args.cursor)
+    return Listing(
+        [DatasetOut.of(d, for_admin=True) for d in found.items], DATASET_COLUMNS, found.next_cursor
+    )
+
+
+def show_dataset(args: argparse.Namespace, session: Session) -> Record:
+    dataset = dataset_service.get_dataset(session, args.dataset_id)
+    return Record(DatasetOut.of(dataset, for_admin=True))
+
+
+def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
+    schema = dataset_service.parse_dataset_schema(Path(args.schema).read_text())
+    with Path(args.csv).open("rb") as stream:
+        dataset = dataset_service.create_dataset(
+            session,
+            name=args.name,
+            schema=schema,
+            stream=stream,
+            rho_total_units=None if args.rho_total is None else rho_units(args.rho_total),
+            max_bytes=get_settings().max_upload_bytes,
+        )
+    return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
+
+
+def purge_records(args: argparse.Namespace, session: Session) -> Done:
+    dataset_service.purge_records(session, args.dataset_id)
+    return Done(
+        f"dataset {args.dataset_id}: raw records destroyed; free answers keep working "
+        "from the model, measuring is refused"
+    )
+
+
+def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
+    dataset_service.delete_dataset(session, args.dataset_id)
+    return Done(
+        f"dataset {args.dataset_id} deleted: records, measurements and models gone; "
+        "the ledger keeps its lines"
+    )
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
+    actions = datasets.add_subparsers(dest="datasets_command", required=True)
+
+    listing = actions.add_parser("list", help="every dataset, oldest first")
+    page_flags(listing)
+    json_flag(listing)
+    listing.set_defaults(handler=partial(run, list_datasets))
+
+    show = actions.add_parser("show", help="one dataset: schema, rows, rho_total")
+    show.add_argument("dataset_id")
+    json_flag(show)
+    show.set_defaults(handler=partial(run, show_dataset))
+
+    upload = actions.add_parser("upload", help="upload a CSV under a schema (JSON file)")
+    upload.add_argument("csv", help="the CSV file, with a header row")
+    upload.add_argument("--schema", required=True, help="the schema's JSON file")
+    upload.add_argument("--name", required=True)
+    upload.add_argument("--rho-total", default=None, help="cap on all grants together")
+    json_flag(upload)
+    upload.set_defaults(handler=partial(run, upload_dataset))
+
+    purge = actions.add_parser(
+        "purge-records", help="destroy the raw records; the model keeps answering"
+    )
+    purge.add_argument("dataset_id")
+    json_flag(purge)
+    purge.set_defaults(handler=partial(run, purge_records))
+
+    delete = actions.add_parser("delete", help="delete records, measurements and models")
+    delete.add_argument("dataset_id")
+    json_flag(delete)
+    delete.set_defaults(handler=partial(run, delete_dataset))

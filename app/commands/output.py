@@ -1,0 +1,164 @@
+"""Printing results (tables, `field: value` lines, or the API's JSON) and running a command.
+
+`run` opens the database from the settings, upgrades the schema first where the
+settings say so (the embedded SQLite default), calls the command inside one unit of
+work, and prints what it returns. A `PrivqError`, an unreachable database or any
+other failure becomes one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.errors import PrivqError
+
+
+@dataclass
+class Listing:
+    """A page of results and the columns a person wants to see of them."""
+
+    items: Sequence[BaseModel]
+    columns: Sequence[str]
+    next_cursor: str | None = None
+
+
+@dataclass
+class Record:
+    """One object, and optionally a note for people (e.g. "the key is shown only now")."""
+
+    item: BaseModel
+    note: str | None = None
+    hidden: Sequence[str] = field(default_factory=tuple)
+
+
+@dataclass
+class Done:
+    """A command with nothing to show but that it worked (204 over HTTP)."""
+
+    message: str
+
+
+Result = Listing | Record | Done
+Command = Callable[[argparse.Namespace, Session], Result]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(_cell(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    cells = [[_cell(row.get(column)) for column in columns] for row in rows]
+    widths = [
+        max([len(column)] + [len(line[i]) for line in cells]) for i, column in enumerate(columns)
+    ]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells
+    ]
+    return "\n".join(lines)
+
+
+def render_record(data: dict[str, Any], hidden: Sequence[str] = ()) -> str:
+    shown = {k: v for k, v in data.items() if k not in hidden}
+    width = max((len(k) for k in shown), default=0)
+    lines = []
+    for key, value in shown.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"{key}:")
+            lines += ["  " + line for line in render_table(value, list(value[0])).splitlines()]
+        else:
+            lines.append(f"{key.ljust(width)}  {_cell(value)}")
+    return "\n".join(lines)
+
+
+def emit(result: Result, *, as_json: bool) -> None:
+    if isinstance(result, Done):
+        if as_json:
+            print(json.dumps({"ok": True, "message": result.message}))
+        else:
+            print(result.message)
+        return
+    if isinstance(result, Record):
+        data = result.item.model_dump(mode="json")
+        print(json.dumps(data) if as_json else render_record(data, result.hidden))
+        if result.note and not as_json:
+            print(f"({result.note})")
+        return
+    rows = [item.model_dump(mode="json") for item in result.items]
+    print(json.dumps(rows) if as_json else render_table(rows, result.columns))
+    if result.next_cursor is not None:
+        # The next page, as the HTTP API's Link header would name it; stderr keeps the
+        # JSON on stdout one document.
+        print(f"privq: more results: add --cursor {result.next_cursor}", file=sys.stderr)
+
+
+def fail(message: str) -> int:
+    print(f"privq: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    """Run `command` in one unit of work and print its result; errors are one line."""
+    from app.db import Database
+    from app.migrations import upgrade_to_head
+
+    try:
+        if settings.effective_auto_migrate:
+            upgrade_to_head(settings.database_url)
+        database = Database.from_settings(settings)
+    except (SQLAlchemyError, OSError) as error:
+        return fail(f"cannot open the database: {type(error).__name__}")
+    try:
+        with database.unit_of_work() as session:
+            result = command(args, session)
+        emit(result, as_json=args.json)
+        return 0
+    except PrivqError as error:
+        return fail(error.message)
+    except OperationalError as error:
+        return fail(f"cannot reach the database ({type(error.orig).__name__})")
+    except SQLAlchemyError as error:
+        return fail(
+            f"database error ({type(error).__name__}); is the schema current? (privq migrate)"
+        )
+    except OSError as error:
+        return fail(f"{error.strerror or error}: {error.filename or ''}")
+    except Exception as error:  # a bug: still one line for the operator, never a traceback
+        return fail(f"internal error ({type(error).__name__}): {error}")
+    finally:
+        database.dispose()
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit status 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"privq: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print the HTTP API's JSON instead of a table"
+    )
+
+
+def page_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=100, help="results per page (≤ 1000)")
+    parser.add_argument("--cursor", default=None, help="the next page, as printed on stderr")

@@ -1,0 +1,113 @@
+"""`privq tenants list|create|show|disable|enable` and `privq keys list|add|revoke`."""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.api.routers.tenants import tenant_detail
+from app.api.schemas import ApiKeyCreated, ApiKeyOut, TenantCreated, TenantOut
+from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.services import keys as key_service
+from app.services import tenants as tenant_service
+
+TENANT_COLUMNS = ("id", "name", "disabled", "created_at")
+KEY_COLUMNS = ("id", "key_prefix", "active", "created_at", "last_used_at", "revoked_at")
+
+
+def list_tenants(args: argparse.Namespace, session: Session) -> Listing:
+    found = tenant_service.list_tenants(session, limit=args.limit, cursor=args.cursor)
+    return Listing([TenantOut.of(t) for t in found.items], TENANT_COLUMNS, found.next_cursor)
+
+
+def create_tenant(args: argparse.Namespace, session: Session) -> Record:
+    tenant, key, api_key = tenant_service.create_tenant(session, name=args.name)
+    return Record(
+        TenantCreated(
+            **TenantOut.of(tenant).model_dump(),
+            api_key=api_key,
+            key_id=key.id,
+            key_prefix=key.key_prefix,
+        ),
+        note="the key is shown only now; only its hash is stored",
+    )
+
+
+def show_tenant(args: argparse.Namespace, session: Session) -> Record:
+    return Record(tenant_detail(session, args.tenant_id))
+
+
+def set_disabled(disabled: bool, args: argparse.Namespace, session: Session) -> Record:
+    tenant_service.set_disabled(session, args.tenant_id, disabled=disabled)
+    return Record(tenant_detail(session, args.tenant_id))
+
+
+def list_keys(args: argparse.Namespace, session: Session) -> Listing:
+    tenant_service.get_tenant(session, args.tenant_id)
+    rows = [ApiKeyOut.of(key) for key in key_service.keys_of(session, args.tenant_id)]
+    return Listing(rows, KEY_COLUMNS)
+
+
+def add_key(args: argparse.Namespace, session: Session) -> Record:
+    tenant = tenant_service.get_tenant(session, args.tenant_id)
+    key, api_key = key_service.issue(session, tenant)
+    return Record(
+        ApiKeyCreated(
+            id=key.id, key_prefix=key.key_prefix, api_key=api_key, created_at=key.created_at
+        ),
+        note="the key is shown only now; the tenant's other keys keep working until revoked",
+    )
+
+
+def revoke_key(args: argparse.Namespace, session: Session) -> Done:
+    tenant_service.get_tenant(session, args.tenant_id)
+    key_service.revoke(session, tenant_id=args.tenant_id, key_id=args.key_id)
+    return Done(f"key {args.key_id} revoked: refused from its next request on")
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    tenants = commands.add_parser("tenants", help="list, create and inspect tenants")
+    actions = tenants.add_subparsers(dest="tenants_command", required=True)
+
+    listing = actions.add_parser("list", help="every tenant, oldest first")
+    page_flags(listing)
+    json_flag(listing)
+    listing.set_defaults(handler=partial(run, list_tenants))
+
+    create = actions.add_parser("create", help="create a tenant; prints its API key once")
+    create.add_argument("name")
+    json_flag(create)
+    create.set_defaults(handler=partial(run, create_tenant))
+
+    show = actions.add_parser("show", help="a tenant, its keys and its grants")
+    show.add_argument("tenant_id")
+    json_flag(show)
+    show.set_defaults(handler=partial(run, show_tenant))
+
+    for name, disabled, text in (
+        ("disable", True, "refuse every key of the tenant until it is enabled"),
+        ("enable", False, "accept the tenant's keys again"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("tenant_id")
+        json_flag(action)
+        action.set_defaults(handler=partial(run, partial(set_disabled, disabled)))
+
+    keys = commands.add_parser("keys", help="a tenant's API keys: list, add, revoke")
+    key_actions = keys.add_subparsers(dest="keys_command", required=True)
+    listing_keys = key_actions.add_parser("list", help="every key of a tenant (never the key)")
+    listing_keys.add_argument("tenant_id")
+    json_flag(listing_keys)
+    listing_keys.set_defaults(handler=partial(run, list_keys))
+    add = key_actions.add_parser("add", help="one more key (rotation: add, switch, revoke)")
+    add.add_argument("tenant_id")
+    json_flag(add)
+    add.set_defaults(handler=partial(run, add_key))
+    revoke = key_actions.add_parser("revoke", help="refuse a key from its next request on")
+    revoke.add_argument("tenant_id")
+    revoke.add_argument("key_id")
+    json_flag(revoke)
+    revoke.set_defaults(handler=partial(run, revoke_key))

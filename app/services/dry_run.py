@@ -1,0 +1,165 @@
+"""Dry runs: what a measurement or mechanism request would cost and how accurate it would be.
+
+`?dry_run=true` on `POST /measurements` and `/mechanisms/{aim,mwem}` validates the
+request exactly as the real one (the same plan, the same model-size check), then
+reads the grant's budget — and writes nothing: no ledger line, no job. It answers
+with the ρ the request would be charged, ε at the request's δ, the noise scale, and
+per marginal its cells and the expected absolute error per cell and over the
+marginal (L1, in counts; `app.privacy.expected_error`), and the ρ that would remain.
+
+For a mechanism, the marginals it will measure are not known in advance. The figures
+are for its schedule: AIM measures every one-way marginal of the workload's
+attributes at σ₀, then workload marginals at σ₀ or, once it anneals, smaller σ — so
+σ₀'s errors bound those of every marginal it measures; MWEM measures one chosen
+workload marginal per round at one σ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.pgm.domain import Domain
+from app.privacy.accounting import epsilon_from_rho
+from app.privacy.expected_error import expected_abs_error
+from app.privacy.mechanisms.aim import aim_schedule
+from app.privacy.mechanisms.budget import split_round
+from app.privacy.mechanisms.engine import MechanismOptions
+from app.privacy.mechanisms.mwem import mwem_rounds
+from app.services import ledger
+from app.services import measurements as measurement_service
+from app.services import mechanisms as mechanism_service
+from app.services.rho import units_to_decimal_str, units_to_rho
+
+
+def marginal_estimates(
+    domain: Domain, attribute_sets: Sequence[Sequence[str]], noise: str, scale: float
+) -> list[dict[str, Any]]:
+    """Per marginal: its cells and the expected absolute error per cell and in L1."""
+    per_cell = expected_abs_error(noise, scale)  # type: ignore[arg-type]
+    estimates = []
+    for attrs in attribute_sets:
+        cells = domain.cells(tuple(attrs))
+        estimates.append(
+            {
+                "attributes": list(attrs),
+                "cells": cells,
+                "expected_abs_error_per_cell": per_cell,
+                "expected_l1_error": per_cell * cells,
+            }
+        )
+    return estimates
+
+
+def _budget_after(
+    session: Session, *, tenant_id: str, dataset_id: str, rho_units: int, delta: float
+) -> dict[str, Any]:
+    budget = ledger.budget(session, tenant_id=tenant_id, dataset_id=dataset_id)
+    after = budget.remaining_units - rho_units
+    return {
+        "dry_run": True,
+        "rho": units_to_rho(rho_units),
+        "rho_exact": units_to_decimal_str(rho_units),
+        "delta": delta,
+        "epsilon": epsilon_from_rho(units_to_rho(rho_units), delta),
+        "rho_remaining_before": units_to_rho(budget.remaining_units),
+        "rho_remaining": units_to_rho(after),
+        "rho_remaining_exact": units_to_decimal_str(after),
+        "affordable": after >= 0,
+    }
+
+
+def measurement(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    domain: Domain,
+    plan: measurement_service.MeasurementPlan,
+    delta: float,
+    max_model_cells: int,
+) -> dict[str, Any]:
+    """The dry run of a planned measurement (the caller checked the tenant sees the dataset)."""
+    model_cells = measurement_service.check_model_size(
+        session, dataset_id, domain, plan.marginals, max_model_cells=max_model_cells
+    )
+    scale_key = "sigma" if plan.noise == "gaussian" else "scale"
+    return {
+        **_budget_after(
+            session,
+            tenant_id=tenant_id,
+            dataset_id=dataset_id,
+            rho_units=plan.rho_units,
+            delta=delta,
+        ),
+        "noise": plan.noise,
+        scale_key: plan.scale,
+        "marginals": marginal_estimates(domain, plan.marginals, plan.noise, plan.scale),
+        "model_cells": model_cells,
+    }
+
+
+def mechanism(
+    session: Session,
+    *,
+    kind: str,
+    tenant_id: str,
+    dataset_id: str,
+    settings: Any,
+    rho_units_total: int,
+    workload: Sequence[Sequence[str]] | None,
+    max_model_cells: int | None,
+    rounds: int | None,
+    delta: float,
+) -> dict[str, Any]:
+    """The dry run of an AIM or MWEM request: its cost and its measurement schedule."""
+    from app.services import datasets as dataset_service
+
+    dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
+    dataset_service.require_records(dataset)
+    domain = dataset_service.dataset_schema(dataset).domain()
+    params, units = mechanism_service.plan(
+        kind,
+        domain,
+        rho_units_total=rho_units_total,
+        workload=workload,
+        max_model_cells=max_model_cells,
+        rounds=rounds,
+        settings_max_model_cells=settings.max_model_cells,
+        settings_max_marginal_cells=settings.max_marginal_cells,
+        measured=measurement_service.measured_attribute_sets(session, dataset_id),
+    )
+    # What the worker will run on (see `mechanisms.run_job`).
+    run_rho = units_to_rho(units) * mechanism_service.SAFETY
+    workload_sets = [tuple(w) for w in params["workload"]]
+    if kind == "aim":
+        total_rounds, sigma, epsilon = aim_schedule(domain, run_rho, MechanismOptions())
+        oneway = sorted({(a,) for attrs in workload_sets for a in attrs})
+        schedule: dict[str, Any] = {
+            "rounds_at_most": total_rounds,
+            "oneway": marginal_estimates(domain, oneway, "gaussian", sigma),
+            "note": "AIM first measures every one-way marginal listed at sigma, then "
+            "chooses workload marginals; it only ever lowers sigma (annealing), so these "
+            "errors bound those of every marginal it measures",
+        }
+    else:
+        total_rounds = mwem_rounds(domain, MechanismOptions(rounds=params["rounds"]))
+        sigma, epsilon = split_round(run_rho / total_rounds, MechanismOptions().measure_share)
+        schedule = {
+            "rounds": total_rounds,
+            "note": "MWEM measures one workload marginal per round, chosen by the "
+            "exponential mechanism, at sigma (the last round may use a hair less)",
+        }
+    return {
+        **_budget_after(
+            session, tenant_id=tenant_id, dataset_id=dataset_id, rho_units=units, delta=delta
+        ),
+        "mechanism": kind,
+        "noise": "gaussian",
+        "sigma": sigma,
+        "epsilon_per_selection": epsilon,
+        **schedule,
+        "marginals": marginal_estimates(domain, workload_sets, "gaussian", sigma),
+    }

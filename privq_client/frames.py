@@ -1,0 +1,137 @@
+"""The service's answers as pandas DataFrames: one row per cell, a column per attribute.
+
+- marginals: the attributes' cell labels (ordered categoricals, in the schema's
+  order), `count`, and `standard_error` when a measurement covers the marginal;
+- factored queries: the `by` and `moments` axes' labels and the value, in `count`
+  for a plain count and in `value` once weights or moments make it a sum;
+- counts: one row, the filter of each attribute and `count`;
+- synthetic data: the CSV read as it streams, categorical columns as categoricals.
+
+Everything else the service said (model version, notes, error bounds) is kept in
+`DataFrame.attrs`.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from privq_client.transport import Json
+
+COUNT = "count"
+VALUE = "value"
+STANDARD_ERROR = "standard_error"
+
+
+def free_name(name: str, taken: Iterable[str]) -> str:
+    """`name`, or `name_`, `name__`, … if an attribute already has it."""
+    used = set(taken)
+    while name in used:
+        name += "_"
+    return name
+
+
+def ordered_labels(labels: Sequence[str]) -> pd.Categorical[str]:
+    """Labels as an ordered categorical, in the order they first appear (the schema's,
+    since the service lists cells row-major): sorting and pivots keep the domain order."""
+    categories = list(dict.fromkeys(labels))
+    return pd.Categorical(list(labels), categories=categories, ordered=True)
+
+
+def label_columns(axes: Sequence[str], cells: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """One column per axis from row-major cell labels."""
+    columns: dict[str, Any] = {}
+    for position, name in enumerate(axes):
+        columns[name] = ordered_labels([str(cell[position]) for cell in cells])
+    return columns
+
+
+def marginal_frame(body: Json) -> pd.DataFrame:
+    """`GET /marginals` as a DataFrame: attribute labels, `count`, `standard_error`."""
+    axes = [str(name) for name in body["attributes"]]
+    columns = label_columns(axes, body["values"])
+    columns[free_name(COUNT, axes)] = pd.array(body["counts"], dtype="float64")
+    standard_error = body.get("standard_error")
+    if standard_error is not None:
+        columns[free_name(STANDARD_ERROR, axes)] = float(standard_error)
+    frame = pd.DataFrame(columns)
+    frame.attrs.update({k: v for k, v in body.items() if k not in ("values", "counts")})
+    return frame
+
+
+def answer_frame(answer: Json, *, value_column: str, model_version: Any) -> pd.DataFrame:
+    """One factored query's answer: its axes' labels and the value column."""
+    axes = [str(name) for name in answer["attributes"]]
+    labels = answer["labels"] if axes else [[] for _ in answer["values"]]
+    columns = label_columns(axes, labels)
+    columns[free_name(value_column, axes)] = pd.array(answer["values"], dtype="float64")
+    frame = pd.DataFrame(columns)
+    frame.attrs.update({k: v for k, v in answer.items() if k not in ("labels", "values")})
+    frame.attrs["model_version"] = model_version
+    return frame
+
+
+def query_value_column(query: Mapping[str, Any]) -> str:
+    """`count` for a query that counts records, `value` once it weights or sums moments."""
+    return VALUE if query.get("weights") or query.get("moments") else COUNT
+
+
+def count_frame(body: Json, filters: Mapping[str, str]) -> pd.DataFrame:
+    """`GET /count` as one row: each filtered attribute's condition, and `count`."""
+    columns: dict[str, Any] = {name: [text] for name, text in filters.items()}
+    columns[free_name(COUNT, filters)] = [float(body["count"])]
+    frame = pd.DataFrame(columns)
+    frame.attrs.update({k: v for k, v in body.items() if k != "count"})
+    return frame
+
+
+class ChunkReader(io.RawIOBase):
+    """A read-only file over an iterator of byte chunks (a streamed HTTP body)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            try:
+                self._pending = next(self._chunks)
+            except StopIteration:
+                return 0
+        view = memoryview(buffer).cast("B")
+        size = min(len(view), len(self._pending))
+        view[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def synthetic_frame(chunks: Iterator[bytes], attributes: Sequence[Json]) -> pd.DataFrame:
+    """Synthetic CSV → DataFrame, parsed as it arrives (the text is never held whole).
+
+    Categorical attributes become categoricals over the schema's values (read as text
+    first: a value like "NA" or "01" stays what it is); the others are parsed as numbers
+    where they are numbers.
+    """
+    categorical = {
+        str(a["name"]): [str(v) for v in a.get("values", [])]
+        for a in attributes
+        if a.get("type") == "categorical"
+    }
+    frame = pd.read_csv(
+        io.BufferedReader(ChunkReader(chunks), buffer_size=1 << 16),
+        dtype={name: str for name in categorical},
+        keep_default_na=False,
+        na_values=[],
+    )
+    for name, values in categorical.items():
+        if name in frame.columns:
+            column = pd.Categorical(frame[name], categories=values)
+            if not column.isna().any():
+                frame[name] = column
+    return frame

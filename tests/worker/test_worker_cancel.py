@@ -1,0 +1,152 @@
+"""Cancelling a running job: it stops at its next safe point and refunds exactly what it
+had not used; noise already drawn stays charged and goes into the model."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+from conftest import ADMIN_HEADERS
+from sqlalchemy import select
+
+from app.db import Job, LedgerEntry, MeasurementRecord, ModelVersion
+from app.privacy.mechanisms.budget import exact_round_cost
+from app.services import jobs
+from app.services.rho import UNITS_PER_RHO, units_to_decimal_str
+from app.worker import Worker
+
+
+def request_cancel(database, job_id: str) -> None:
+    """What POST /v1/jobs/{id}/cancel does, from another process, while the job runs."""
+    with database.unit_of_work() as session:
+        jobs.cancel(session, jobs.get(session, job_id, for_update=True))
+
+
+class CancellingWorker(Worker):
+    """A worker whose job is cancelled (by someone else) when it reports `stage`."""
+
+    def __init__(self, *args: Any, cancel_when: str, after_rounds: int = 0, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.cancel_when = cancel_when
+        self.after_rounds = after_rounds
+        self.requested = False
+
+    def progress(self, job: Job, update: dict[str, Any]) -> None:
+        super().progress(job, update)
+        stage = str(update.get("stage", ""))
+        if (
+            not self.requested
+            and stage.startswith(self.cancel_when)
+            and int(update.get("rounds_done", 0)) >= self.after_rounds
+        ):
+            self.requested = True
+            request_cancel(self.database, job.id)
+
+
+def ledger_of(database, job_id: str) -> list[tuple[str, int]]:
+    with database.read_only() as session:
+        return [
+            (entry.kind, entry.rho_units)
+            for entry in session.scalars(
+                select(LedgerEntry).where(LedgerEntry.job_id == job_id).order_by(LedgerEntry.id)
+            )
+        ]
+
+
+def test_a_measurement_cancelled_before_its_noise_is_drawn_is_refunded_whole(
+    client, api, database, settings
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    job_id = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        json={"marginals": [["sex"], ["age"]], "rho": 0.2},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+    worker = CancellingWorker(database, settings, poll_seconds=0.01, cancel_when="measuring")
+    assert worker.run_once()
+    job = client.get(f"/v1/jobs/{job_id}", headers=tenant["headers"]).json()
+    assert job["status"] == "cancelled" and job["cancel_requested_at"]
+    with database.read_only() as session:
+        stored = session.scalars(
+            select(MeasurementRecord.id).where(MeasurementRecord.job_id == job_id)
+        ).all()
+    assert stored == []  # no noise was drawn
+    charge = 200_000_000_000
+    assert ledger_of(database, job_id) == [("charge", charge), ("refund", -charge)]
+
+
+def test_a_mechanism_cancelled_mid_run_refunds_exactly_its_unused_rounds(
+    client, api, database, settings
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    accepted = client.post(
+        f"/v1/datasets/{dataset['id']}/mechanisms/mwem",
+        json={"rho": 0.4, "workload": [["sex", "age"], ["sex"], ["age"]], "rounds": 6},
+        headers=tenant["headers"],
+    ).json()
+    job_id = accepted["job_id"]
+    worker = CancellingWorker(
+        database, settings, poll_seconds=0.01, cancel_when="round measured", after_rounds=2
+    )
+    assert worker.run_once()
+    job = client.get(f"/v1/jobs/{job_id}", headers=ADMIN_HEADERS).json()
+    assert job["status"] == "cancelled"
+
+    with database.read_only() as session:
+        rounds = session.scalars(
+            select(MeasurementRecord)
+            .where(MeasurementRecord.job_id == job_id)
+            .order_by(MeasurementRecord.position)
+        ).all()
+        latest = session.scalars(
+            select(ModelVersion)
+            .where(ModelVersion.dataset_id == dataset["id"])
+            .order_by(ModelVersion.version.desc())
+        ).first()
+    assert 2 <= len(rounds) < 6  # stopped at the safe point after the request
+    # What the stored rounds cost, exactly, rounded up to the ledger unit: that stays.
+    exact = sum(
+        (exact_round_cost(r.scale, float((r.details or {}).get("epsilon", 0.0))) for r in rounds),
+        Fraction(0),
+    )
+    used = math.ceil(exact * UNITS_PER_RHO)
+    charged = 400_000_000_000
+    assert ledger_of(database, job_id) == [("charge", charged), ("refund", -(charged - used))]
+    budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=tenant["headers"]).json()
+    assert budget["rho_spent_exact"] == units_to_decimal_str(used)
+    # The rounds drawn are releases: they are in the model.
+    assert latest is not None and latest.high_water >= max(r.id for r in rounds)
+
+
+def test_a_cancelled_job_whose_worker_died_is_finished_by_the_next_claim(
+    client, api, database, settings
+) -> None:
+    from datetime import timedelta
+
+    from app.db import utcnow
+
+    tenant, dataset = api.tenant_with_grant(1)
+    job_id = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        json={"marginals": [["sex"]], "rho": 0.3},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+    with database.unit_of_work() as session:  # a worker claims it, then dies
+        claimed = jobs.claim(session, owner="gone", lease_seconds=60, is_sqlite=database.is_sqlite)
+        assert claimed is not None and claimed.id == job_id
+    cancel = client.post(f"/v1/jobs/{job_id}/cancel", headers=tenant["headers"])
+    assert cancel.status_code == 200
+    assert cancel.json()["status"] == "running" and cancel.json()["cancel_requested_at"]
+    with database.unit_of_work() as session:
+        row = session.get(Job, job_id)
+        assert row is not None
+        row.lease_expires_at = utcnow() - timedelta(seconds=1)
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+    assert client.get(f"/v1/jobs/{job_id}", headers=tenant["headers"]).json()["status"] == (
+        "cancelled"
+    )
+    assert ledger_of(database, job_id) == [
+        ("charge", 300_000_000_000),
+        ("refund", -300_000_000_000),
+    ]
