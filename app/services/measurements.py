@@ -326,6 +326,11 @@ class ColumnCache:
                         self._columns[(dataset_id, name)] = column
         return {name: found[name] for name in wanted}
 
+    def holds(self, dataset_id: str) -> bool:
+        """Whether any of the dataset's columns are cached here."""
+        with self._lock:
+            return any(key[0] == dataset_id for key in self._columns)
+
     def forget(self, dataset_id: str) -> None:
         with self._lock:
             for key in [key for key in self._columns if key[0] == dataset_id]:
