@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Self
 
 from sqlalchemy.exc import OperationalError
@@ -249,10 +249,10 @@ class Worker:
                 dataset_service.get_dataset(session, dataset_id)
             ).domain()
 
-    def columns_of(self, dataset_id: str) -> Callable[[], dict[str, Any]]:
-        def load() -> dict[str, Any]:
+    def columns_of(self, dataset_id: str) -> measurement_service.ColumnLoader:
+        def load(attributes: Iterable[str]) -> dict[str, Any]:
             with self.database.read_only() as session:
-                return self.columns.get(session, dataset_id)
+                return self.columns.get(session, dataset_id, attributes)
 
         return load
 

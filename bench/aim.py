@@ -54,6 +54,36 @@ def load_adult() -> tuple[Domain, np.ndarray]:
     return domain, columns
 
 
+# Generated tables (bench/scale_data.py), so nothing is tuned to Adult alone:
+# name -> (make_network keyword arguments, default rows)
+GENERATED: dict[str, tuple[dict, int]] = {  # type: ignore[type-arg]
+    # wide binary data: 40 binary attributes
+    "wide-binary": ({"attributes": 40, "min_size": 2, "max_size": 2, "window": 6}, 50_000),
+    # skewed high-cardinality columns: 14 attributes of 12-40 values, Zipf-like conditionals
+    "skewed": (
+        {"attributes": 14, "min_size": 12, "max_size": 40, "skewed_share": 0.5, "window": 4},
+        50_000,
+    ),
+    # small N: 15 attributes of 2-20 values, 2,000 rows
+    "small-n": ({"attributes": 15, "window": 4}, 2_000),
+    # the shape of bench/scale.py: 40 attributes of 2-20 values
+    "scale": ({"attributes": 40}, 100_000),
+}
+
+
+def load_dataset(name: str, rows: int | None, seed: int = 7) -> tuple[Domain, np.ndarray]:
+    """Adult, or a table drawn from one of the GENERATED networks (`rows` of it)."""
+    if name == "adult":
+        return load_adult()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_data import make_network
+
+    options, default_rows = GENERATED[name]
+    network = make_network(seed=seed, **options)
+    data = network.sample(rows or default_rows, np.random.default_rng(seed + 1))
+    return Domain(tuple(network.names), tuple(network.sizes)), data.astype(np.int64)
+
+
 def marginal_function(domain: Domain, data: np.ndarray):  # type: ignore[no-untyped-def]
     def true_marginal(attrs: tuple[str, ...]) -> np.ndarray:
         idx = [domain.index(a) for a in attrs]
@@ -83,7 +113,7 @@ def run_oneway(domain, true_marginal, rho, options):  # type: ignore[no-untyped-
 
 def run_one(kind: str, seed: int, rho: float, args: dict) -> dict:  # type: ignore[type-arg]
     """One mechanism run in a fresh process: wall time, workload TV, rounds, ρ, peak RSS."""
-    domain, data = load_adult()
+    domain, data = load_dataset(args["dataset"], args["rows"])
     rows = data.shape[0]
     truth = marginal_function(domain, data)
     base_workload = list(combinations(domain.attributes, 2))
@@ -142,7 +172,11 @@ def main() -> None:
     parser.add_argument("--only", default="aim,mwem,oneway")
     parser.add_argument("--fit-iterations", type=int, default=None, help="per-round fit iterations")
     parser.add_argument("--final-fit-iterations", type=int, default=None)
+    parser.add_argument("--fit-solver", default=None, help="solver of the fits between rounds")
+    parser.add_argument("--round-tolerance", type=float, default=None)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--dataset", default="adult", choices=["adult", *GENERATED])
+    parser.add_argument("--rows", type=int, default=None, help="rows of a generated dataset")
     args = parser.parse_args()
 
     tuning = {}
@@ -150,11 +184,17 @@ def main() -> None:
         tuning["fit_iterations"] = args.fit_iterations
     if args.final_fit_iterations is not None:
         tuning["final_fit_iterations"] = args.final_fit_iterations
+    if args.round_tolerance is not None:
+        tuning["round_fit_tolerance"] = args.round_tolerance
+    if args.fit_solver is not None:
+        tuning["fit_solver"] = args.fit_solver
     shared = {
         "tuning": tuning,
         "verbose": args.verbose,
         "max_model_cells": args.max_model_cells,
         "mwem_rounds": args.mwem_rounds,
+        "dataset": args.dataset,
+        "rows": args.rows,
     }
     started = time.perf_counter()
     rho = rho_from_epsilon(args.epsilon, args.delta)
@@ -169,7 +209,8 @@ def main() -> None:
 
     summary: dict[str, object] = {
         "bench": "aim",
-        "dataset": "adult",
+        "dataset": args.dataset,
+        "rows": args.rows,
         "epsilon": args.epsilon,
         "delta": args.delta,
         "rho": rho,

@@ -109,6 +109,10 @@ class ColumnEncoder:
             x = np.fromiter(map(float, cells), np.float64, len(cells))
         except ValueError:
             x = np.fromiter(map(float_or_nan, cells), np.float64, len(cells))
+        return self.bin_numbers(x)
+
+    def bin_numbers(self, x: np.ndarray) -> np.ndarray:
+        """Bin codes of parsed numbers (NaN for unparsable cells), -1 outside the schema."""
         edges = self._edges
         last_bin = len(edges) - 2
         codes = np.searchsorted(edges, x, side="right").astype(np.int64) - 1
@@ -128,13 +132,18 @@ class ColumnEncoder:
             unparsable = codes == NOT_AN_INTEGER
         else:
             unparsable = None
-        if self.attribute.clip:
-            np.clip(codes, 0, self.size - 1, out=codes)
-        else:
-            codes[(codes < 0) | (codes >= self.size)] = -1
+        codes = self.integer_codes(codes)
         if unparsable is not None:
             codes[unparsable] = -1
         return codes
+
+    def integer_codes(self, values: np.ndarray) -> np.ndarray:
+        """Codes of parsed integers (int64, changed in place), -1 outside the schema."""
+        if self.attribute.clip:
+            np.clip(values, 0, self.size - 1, out=values)
+        else:
+            values[(values < 0) | (values >= self.size)] = -1
+        return values
 
     def explain(self, cell: str) -> str:
         """Why one cell is outside the schema (quoting the cell unless undecodable)."""

@@ -1,7 +1,9 @@
 """The encoder: a CSV stream → an `EncodedTable` of code arrays, or the first refusal.
 
-Records are read in batches (`app.ingest.reading`) and each column is encoded as a
-whole (`app.ingest.columns`). The first bad cell in file order decides the refusal;
+A rewindable stream is first tried on the fast path (`app.ingest.arrow`: Arrow's CSV
+reader, for files in canonical form); if that declines, or otherwise, records are read
+in batches (`app.ingest.reading`) and each column is encoded as a whole
+(`app.ingest.columns`). The first bad cell in file order decides the refusal;
 further bad lines of the same column are collected (up to `MAX_REPORTED_LINES`).
 """
 
@@ -13,6 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from app.ingest.arrow import encode_canonical
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import MAX_REPORTED_LINES, IngestError, has_undecodable_bytes
 from app.ingest.reading import csv_records, read_batches, read_header
@@ -56,9 +59,25 @@ def encode_csv(
     """
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
+    if _rewindable(stream):
+        start = stream.tell()
+        fast = encode_canonical(stream, schema, max_bytes)
+        if fast is not None:
+            rows, codes = fast
+            return EncodedTable(
+                rows=rows, columns={a.name: codes[a.name] for a in schema.attributes}
+            )
+        stream.seek(start)  # not canonical (or not valid): the exact path decides
     with csv_records(stream, max_bytes) as reader:
         file_columns = read_header(reader, schema)
         return _encode_rows(reader, schema, file_columns, chunk_rows)
+
+
+def _rewindable(stream: BinaryIO) -> bool:
+    try:
+        return bool(stream.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def _encode_rows(

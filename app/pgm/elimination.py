@@ -27,6 +27,10 @@ Variable = Hashable
 _EINSUM_LABELS = 52
 
 
+# What one array operation costs beyond its cells, in cells (numpy call overhead, ~µs).
+_STEP_OVERHEAD_CELLS = 2000
+
+
 class InferenceTooLarge(ValueError):
     """A query whose variable elimination would build a table larger than the cap allows."""
 
@@ -57,6 +61,8 @@ class EliminationPlan:
     operations: tuple[tuple[Any, ...], ...]
     result: int
     max_intermediate_cells: int
+    # Σ over the steps of the table each one spans, plus the answer: a proxy of the work.
+    total_cells: int = 0
 
     def execute(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         slots = list(arrays)
@@ -248,6 +254,7 @@ def plan_elimination(
     axes: dict[int, tuple[Variable, ...]] = dict(enumerate(scope_list))
     order: list[Variable] = []
     width = 0
+    total = 0
     eliminate = [v for v in occurs if v not in keep_set]
     pending = set(eliminate)
     while pending:
@@ -272,6 +279,7 @@ def plan_elimination(
         ]
         gone_set = set(gone)
         width = max(width, best[0])
+        total += best[0]
         if max_cells is not None and width > max_cells:
             raise InferenceTooLarge(width, max_cells)
         slot, result_axes = compiler.product(
@@ -313,6 +321,9 @@ def plan_elimination(
         operations=tuple(compiler.operations),
         result=slot,
         max_intermediate_cells=width,
+        total_cells=total
+        + compiler.cells(keep_t)
+        + _STEP_OVERHEAD_CELLS * len(compiler.operations),
     )
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from math import prod
 
 from app.pgm.domain import Domain
 
@@ -114,61 +113,137 @@ def _canonical_sets(domain: Domain, attr_sets: Iterable[Iterable[str]]) -> list[
     return sets
 
 
+def _members(mask: int) -> list[int]:
+    """Indices of the set bits of `mask`, lowest first."""
+    found = []
+    while mask:
+        low = mask & -mask
+        found.append(low.bit_length() - 1)
+        mask ^= low
+    return found
+
+
+def _adjacency(domain: Domain, sets: Iterable[Iterable[str]]) -> list[int]:
+    """The interaction graph as one neighbour bitmask per attribute (domain positions)."""
+    adjacency = [0] * len(domain.attributes)
+    for s in sets:
+        mask = 0
+        for name in s:
+            mask |= 1 << domain.index(name)
+        for position in _members(mask):
+            adjacency[position] |= mask
+    return [m & ~(1 << i) for i, m in enumerate(adjacency)]
+
+
+def _mask_cells(sizes: tuple[int, ...], mask: int) -> int:
+    cells = 1
+    for i in _members(mask):
+        cells *= sizes[i]
+    return cells
+
+
+def _greedy_elimination(sizes: tuple[int, ...], graph: list[int], heuristic: str) -> list[int]:
+    """Maximal cliques (bitmasks) of the triangulation by greedy elimination of `graph`.
+
+    Victim: the smallest (fill-in, weight, position) for min-fill, (weight, position) for
+    min-weight, where weight is the cells of the vertex with its neighbours. Only the
+    costs that an elimination can change are recomputed: the weights of the victim's
+    neighbours, and for min-fill also the fill of their neighbours (the new edges join
+    the victim's neighbours, so only a vertex adjacent to two of them sees a change).
+    """
+    adjacency = list(graph)
+    by_fill = heuristic == "min_fill"
+
+    def cost(v: int) -> tuple[int, int, int]:
+        neighbours = adjacency[v]
+        members = _members(neighbours)
+        weight = sizes[v]
+        for u in members:
+            weight *= sizes[u]
+        if not by_fill:
+            return (weight, 0, v)
+        missing = 0  # ordered pairs of neighbours that are not adjacent
+        for u in members:
+            missing += (neighbours & ~adjacency[u]).bit_count() - 1
+        return (missing // 2, weight, v)
+
+    costs = {v: cost(v) for v in range(len(adjacency))}
+    found: list[int] = []
+    while costs:
+        victim = min(costs.values())[2]
+        neighbours = adjacency[victim]
+        found.append(neighbours | (1 << victim))
+        members = _members(neighbours)
+        for u in members:
+            adjacency[u] = (adjacency[u] | neighbours) & ~(1 << victim) & ~(1 << u)
+        del costs[victim]
+        dirty = neighbours
+        if by_fill:
+            for u in members:
+                dirty |= adjacency[u]
+        for u in _members(dirty):
+            if u in costs:
+                costs[u] = cost(u)
+    maximal = [c for c in found if not any(c != other and c & other == c for other in found)]
+    return list(dict.fromkeys(maximal))
+
+
+def _clique_masks(domain: Domain, graph: list[int], heuristic: str) -> list[int]:
+    if heuristic not in HEURISTICS:
+        raise ValueError(f"unknown heuristic {heuristic!r}; choose one of {HEURISTICS}")
+    sizes = domain.sizes
+    if heuristic != "best":
+        return _greedy_elimination(sizes, graph, heuristic)
+    # Neither greedy rule dominates: on 200 random workloads of 5-20 pairs and triples
+    # over Adult's domain min-fill was smaller 41 times, min-weight 32 times (ties on
+    # Adult's own measurements: 4,915 cells). Trying both costs about a millisecond.
+    options = [_greedy_elimination(sizes, graph, h) for h in ("min_fill", "min_weight")]
+    return min(options, key=lambda masks: sum(_mask_cells(sizes, c) for c in masks))
+
+
 def _elimination_cliques(
     domain: Domain, sets: list[tuple[str, ...]], heuristic: str
 ) -> list[tuple[str, ...]]:
     """Maximal cliques of the triangulation by greedy elimination, in domain order."""
-    if heuristic not in HEURISTICS:
-        raise ValueError(f"unknown heuristic {heuristic!r}; choose one of {HEURISTICS}")
-    if heuristic == "best":
-        # Neither greedy rule dominates: on 200 random workloads of 5-20 pairs and triples
-        # over Adult's domain min-fill was smaller 41 times, min-weight 32 times (ties on
-        # Adult's own measurements: 4,915 cells). Trying both costs about a millisecond.
-        candidates = [_elimination_cliques(domain, sets, h) for h in ("min_fill", "min_weight")]
-        return min(candidates, key=lambda cliques: sum(domain.cells(c) for c in cliques))
-    adjacency: dict[str, set[str]] = {a: set() for a in domain.attributes}
-    for s in sets:
-        for a in s:
-            adjacency[a].update(b for b in s if b != a)
-    size = dict(zip(domain.attributes, domain.sizes, strict=True))
-    position = {a: i for i, a in enumerate(domain.attributes)}
-
-    def cost(a: str) -> tuple[int, int, int]:
-        nbrs = adjacency[a]
-        weight = size[a] * prod(size[b] for b in nbrs)
-        if heuristic == "min_weight":
-            return (weight, 0, position[a])
-        nb = list(nbrs)
-        fill = sum(
-            1
-            for i in range(len(nb))
-            for j in range(i + 1, len(nb))
-            if nb[j] not in adjacency[nb[i]]
-        )
-        return (fill, weight, position[a])
-
-    remaining = set(domain.attributes)
-    found: list[frozenset[str]] = []
-    while remaining:
-        victim = min(remaining, key=cost)
-        nbrs = adjacency.pop(victim)
-        found.append(frozenset(nbrs | {victim}))
-        for a in nbrs:
-            adjacency[a].discard(victim)
-            adjacency[a].update(b for b in nbrs if b != a)
-        remaining.discard(victim)
-    maximal = [c for c in found if not any(c < other for other in found)]
-    unique: list[frozenset[str]] = []
-    for c in maximal:
-        if c not in unique:
-            unique.append(c)
-    return [domain.canonical(c) for c in unique]
+    names = domain.attributes
+    masks = _clique_masks(domain, _adjacency(domain, sets), heuristic)
+    return [tuple(names[i] for i in _members(c)) for c in masks]
 
 
 def model_cells(domain: Domain, attr_sets: Iterable[Iterable[str]], heuristic: str = "best") -> int:
     """Total cells of the junction tree these attribute sets would produce (no tree built)."""
-    cliques = _elimination_cliques(domain, _canonical_sets(domain, attr_sets), heuristic)
-    return sum(domain.cells(c) for c in cliques)
+    masks = _clique_masks(domain, _adjacency(domain, attr_sets), heuristic)
+    return sum(_mask_cells(domain.sizes, c) for c in masks)
+
+
+def model_cells_with(
+    domain: Domain,
+    attr_sets: Iterable[Iterable[str]],
+    candidates: Iterable[Iterable[str]],
+    heuristic: str = "best",
+) -> list[int]:
+    """`model_cells(attr_sets + [c])` for each candidate c, sharing the work on `attr_sets`.
+
+    A candidate whose attributes are already pairwise adjacent in the interaction graph
+    changes nothing, and gets the current size without another triangulation.
+    """
+    base = _adjacency(domain, attr_sets)
+    current = sum(_mask_cells(domain.sizes, c) for c in _clique_masks(domain, base, heuristic))
+    result = []
+    for candidate in candidates:
+        mask = 0
+        for name in candidate:
+            mask |= 1 << domain.index(name)
+        members = _members(mask)
+        if all(base[i] | (1 << i) | mask == base[i] | (1 << i) for i in members):
+            result.append(current)
+            continue
+        graph = list(base)
+        for i in members:
+            graph[i] |= mask & ~(1 << i)
+        masks = _clique_masks(domain, graph, heuristic)
+        result.append(sum(_mask_cells(domain.sizes, c) for c in masks))
+    return result
 
 
 def build_junction_tree(

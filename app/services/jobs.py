@@ -18,7 +18,7 @@ Services see the worker only through it, so they never import the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -235,8 +235,8 @@ class JobRunner(Protocol):
     def domain_of(self, dataset_id: str) -> Domain:
         """The dataset's domain."""
 
-    def columns_of(self, dataset_id: str) -> Callable[[], dict[str, np.ndarray]]:
-        """A loader of the dataset's decoded columns (called only when needed)."""
+    def columns_of(self, dataset_id: str) -> Callable[[Iterable[str]], dict[str, np.ndarray]]:
+        """A loader of the named attributes' decoded columns (called only when needed)."""
 
     def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
         """The model version covering measurements up to `high_water`, fitting if needed."""

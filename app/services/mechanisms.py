@@ -217,8 +217,11 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     data: dict[str, Any] = {}
 
     def true_marginal(attrs: tuple[str, ...]) -> Any:
-        if not data:
-            data.update(columns())
+        if not data:  # every attribute of the workload, in one read, on first use
+            data.update(columns(a for marginal in params["workload"] for a in marginal))
+        missing = [a for a in attrs if a not in data]
+        if missing:
+            data.update(columns(missing))
         return measurement_service.true_marginal(data, domain, attrs)
 
     with worker.database.read_only() as session:

@@ -192,3 +192,49 @@ def test_a_crashed_mechanism_resumes_from_its_stored_rounds_without_new_noise(
     assert after[:2] == before
     assert rounds_spent(database, job_id) <= Fraction(2, 10)
     assert charges(database, job_id) == [("charge", 2 * UNITS_PER_RHO // 10)]
+
+
+def test_a_far_apart_pair_is_answered_where_the_plain_plan_exceeds_the_inference_cap(
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.services.answers import marginals
+
+    small = api.upload_dataset(small_adult(), SIZES)  # its own: nothing else measured
+    tenant = new_tenant(api, small["id"])
+    # A chain of pairs: marital-status and income>50K end up in cliques at either end.
+    chain = [
+        ["marital-status", "relationship"],
+        ["relationship", "race"],
+        ["race", "sex"],
+        ["sex", "income>50K"],
+    ]
+    response = client.post(
+        f"/v1/datasets/{small['id']}/measurements",
+        json={"marginals": chain, "rho": 0.2},
+        headers=tenant["headers"],
+    )
+    assert response.status_code == 202
+    assert Worker(database, settings, poll_seconds=0.01).run_until_idle() >= 1
+    # Carrying marital-status (7) through relationship (6) needs 42 cells; conditioning
+    # on it needs at most relationship × race = 30.
+    monkeypatch.setattr(marginals, "MAX_INFERENCE_CELLS", 41)
+    answer = client.get(
+        f"/v1/datasets/{small['id']}/marginals",
+        params={"attrs": "marital-status,income>50K"},
+        headers=tenant["headers"],
+    )
+    assert answer.status_code == 200, answer.text
+    counts = np.asarray(answer.json()["counts"])
+    assert counts.size == 14 and counts.sum() > 0
+    monkeypatch.setattr(marginals, "MAX_INFERENCE_CELLS", 13)  # below the answer itself
+    refused = client.get(
+        f"/v1/datasets/{small['id']}/marginals",
+        params={"attrs": "marital-status,income>50K"},
+        headers=tenant["headers"],
+    )
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "query_too_large"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.pgm.domain import Domain
-from app.pgm.junction_tree import ModelTooLarge, build_junction_tree, model_cells
+from app.pgm.junction_tree import ModelTooLarge, build_junction_tree, model_cells, model_cells_with
 
 CLIQUE_SETS = {
     "tree": [("a", "b"), ("b", "c"), ("b", "d"), ("d", "e")],
@@ -114,3 +114,65 @@ def test_best_heuristic_takes_the_smaller_triangulation() -> None:
         # Rebuilding from the chosen cliques (as a persisted model does) keeps them.
         assert set(build_junction_tree(domain, best.cliques).cliques) == set(best.cliques)
     assert disagreements > 0
+
+
+def _plain_greedy_cliques(domain: Domain, sets, heuristic: str) -> list[frozenset[str]]:
+    """Greedy elimination written out plainly with sets (the reference for the bitsets)."""
+    size = dict(zip(domain.attributes, domain.sizes, strict=True))
+    position = {a: i for i, a in enumerate(domain.attributes)}
+    adjacency: dict[str, set[str]] = {a: set() for a in domain.attributes}
+    for s in sets:
+        for a in s:
+            adjacency[a].update(b for b in s if b != a)
+
+    def cost(a: str) -> tuple[int, int, int]:
+        weight = size[a] * int(np.prod([size[b] for b in adjacency[a]], dtype=np.int64))
+        fill = sum(
+            1 for b, c in itertools.combinations(sorted(adjacency[a]), 2) if c not in adjacency[b]
+        )
+        return (
+            (weight, 0, position[a]) if heuristic == "min_weight" else (fill, weight, position[a])
+        )
+
+    found: list[frozenset[str]] = []
+    while adjacency:
+        victim = min(adjacency, key=cost)
+        neighbours = adjacency.pop(victim)
+        found.append(frozenset(neighbours | {victim}))
+        for a in neighbours:
+            adjacency[a].discard(victim)
+            adjacency[a].update(neighbours - {a})
+    return [c for c in dict.fromkeys(found) if not any(c < other for other in found)]
+
+
+@pytest.mark.parametrize("heuristic", ["min_fill", "min_weight"])
+def test_greedy_elimination_matches_a_plain_reference(heuristic: str) -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        count = int(rng.integers(1, 30))
+        names = tuple(f"x{i}" for i in range(count))
+        domain = Domain(names, tuple(int(s) for s in rng.integers(2, 20, size=count)))
+        sets = [
+            tuple(rng.choice(names, size=int(rng.integers(1, min(4, count) + 1)), replace=False))
+            for _ in range(int(rng.integers(0, 40)))
+        ]
+        expected = _plain_greedy_cliques(domain, sets, heuristic)
+        tree = build_junction_tree(domain, sets, heuristic=heuristic)
+        assert {frozenset(c) for c in tree.cliques} == set(expected)
+        assert model_cells(domain, sets, heuristic) == sum(domain.cells(c) for c in expected)
+
+
+def test_model_cells_with_each_candidate_equals_model_cells_of_the_union() -> None:
+    rng = np.random.default_rng(2)
+    names = tuple(f"x{i}" for i in range(25))
+    domain = Domain(names, tuple(int(s) for s in rng.integers(2, 20, size=len(names))))
+    sets = [tuple(rng.choice(names, size=2, replace=False)) for _ in range(30)]
+    # some candidates already measured together (the shortcut), some new
+    candidates = sets[:5] + [tuple(rng.choice(names, size=2, replace=False)) for _ in range(20)]
+    assert model_cells_with(domain, sets, candidates) == [
+        model_cells(domain, [*sets, c]) for c in candidates
+    ]
+    cycle = CLIQUE_SETS["cycle"]
+    # an edge the graph has, or one attribute, leaves the model as it is
+    current = model_cells(_domain(), cycle)
+    assert model_cells_with(_domain(), cycle, [("a", "b"), ("c",)]) == [current, current]

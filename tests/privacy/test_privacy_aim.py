@@ -296,3 +296,19 @@ def test_error_bound_picks_theorem_and_moves_theorem4_to_later_models() -> None:
     moved = error_bound(DOMAIN, ("d", "c"), later.T, [m], unmeasured, reference_answer=reference)
     assert moved is not None and moved.bound == pytest.approx(50.0 + 0.5 * 20)
     assert error_bound(DOMAIN, ("a", "e"), np.ones((2, 3)), [m], unmeasured) is None
+
+
+def test_each_true_marginal_is_counted_once_however_many_rounds() -> None:
+    """Selection and measurement reuse the true answers: no rescan per candidate per round."""
+    truth = synthetic(7)
+    counted: list[tuple[str, ...]] = []
+
+    def counting(attrs: tuple[str, ...]) -> np.ndarray:
+        counted.append(tuple(attrs))
+        return truth(attrs)
+
+    result = run_aim(DOMAIN, counting, 1.0, ALL_PAIRS, options=MechanismOptions(rounds=40, **FAST))
+    selections = [r for r in result.rounds if r.selection is not None]
+    assert len(selections) >= 5  # several rounds, each scoring every candidate
+    assert len(counted) == len(set(counted))  # each marginal read from the data once
+    assert set(counted) <= set(candidate_weights(DOMAIN, normalise_workload(DOMAIN, ALL_PAIRS)))

@@ -41,17 +41,29 @@ def maximum_entropy(run: FitRun, p: np.ndarray, max_sweeps: int = 100) -> Graphi
         target = fitted[k].sum(axis=axes, keepdims=True)
         targets.append(target)
         log_targets.append(np.log(np.maximum(target, PROBABILITY_FLOOR)))
+    # Sets in one clique are fitted one after the other from that clique's marginal
+    # alone: multiplying exp(θ_k) by a function of the clique's own attributes multiplies
+    # the clique's marginal by the same function (then renormalises it), so one belief
+    # propagation per clique and sweep is enough, not one per measured set.
+    groups: dict[int, list[tuple[tuple[int, ...], np.ndarray, np.ndarray]]] = {}
+    for (k, axes), target, log_target in zip(
+        problem.measured_sets, targets, log_targets, strict=True
+    ):
+        groups.setdefault(k, []).append((axes, target, log_target))
     theta = np.zeros(problem.n)
     thetas = problem.split(theta)
     for sweep in range(1, max_sweeps + 1):
         worst = 0.0
-        for (k, axes), target, log_target in zip(
-            problem.measured_sets, targets, log_targets, strict=True
-        ):
+        for k, members in groups.items():
             beliefs, log_z = problem.plan.run(thetas)
-            current = np.exp(beliefs[k] - log_z).sum(axis=axes, keepdims=True)
-            worst = max(worst, float(np.abs(current - target).max()))
-            thetas[k] += log_target - np.log(np.maximum(current, PROBABILITY_FLOOR))
+            marginal = np.exp(beliefs[k] - log_z)
+            for axes, target, log_target in members:
+                current = marginal.sum(axis=axes, keepdims=True)
+                worst = max(worst, float(np.abs(current - target).max()))
+                step = log_target - np.log(np.maximum(current, PROBABILITY_FLOOR))
+                thetas[k] += step
+                marginal = marginal * np.exp(step)
+                marginal /= marginal.sum()
         run.entropy_sweeps = sweep
         if worst <= 1e-12:
             break

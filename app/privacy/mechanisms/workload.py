@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
 from app.pgm.domain import Domain
-from app.pgm.junction_tree import model_cells
+from app.pgm.junction_tree import model_cells, model_cells_with
 from app.privacy.mechanisms.rounds import Attrs
 
 WorkloadItem = Sequence[str] | tuple[Sequence[str], float]
@@ -103,9 +103,10 @@ def size_filter(
     above `hard_cap` ever is.
     """
     current = model_cells(domain, measured)
-    kept = []
-    for r in candidates:
-        cells = model_cells(domain, [*measured, r])
-        if cells <= hard_cap and (cells <= limit or cells <= current):
-            kept.append(r)
-    return kept
+    candidates = list(candidates)
+    sizes = model_cells_with(domain, measured, candidates)
+    return [
+        r
+        for r, cells in zip(candidates, sizes, strict=True)
+        if cells <= hard_cap and (cells <= limit or cells <= current)
+    ]
