@@ -4,7 +4,7 @@
   schema itself and runs one worker thread in the same process.
 - `privq worker` — a standalone worker process (scale-out, PostgreSQL).
 
-`serve`, `worker` and `admin` check the schema first (`database_problem`): an
+`serve`, `worker` and `admin` check the schema first (`app.migrations.database_problem`): an
 out-of-date one is a one-line error naming `privq migrate` and exit status 1.
 - `privq migrate` — upgrade the database schema to the latest revision.
 - `privq admin create-tenant NAME` — create a tenant and print its id and API key.
@@ -21,38 +21,11 @@ import sys
 from collections.abc import Sequence
 
 from app.config import Settings, get_settings
+from app.migrations import database_problem
 
 
-def database_problem(settings: Settings, *, reachable_required: bool) -> str | None:
-    """Check the database before a command uses it: None if it may go on, else one line.
-
-    The embedded SQLite default (auto-migrate) is upgraded first. An out-of-date schema
-    is always a problem (run `privq migrate`); an unreachable database is one only when
-    `reachable_required` (the admin CLI) — `serve` starts anyway and answers /readyz with
-    503 until it is, `worker` retries. Never a traceback: messages are one line.
-    """
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from app.db import make_engine
-    from app.migrations import SchemaNotCurrent, check_schema_current, upgrade_to_head
-
-    engine = make_engine(settings.database_url)
-    try:
-        if settings.effective_auto_migrate:
-            upgrade_to_head(settings.database_url)
-        check_schema_current(engine)
-    except SchemaNotCurrent as error:
-        return error.message
-    except SQLAlchemyError as error:
-        cause = getattr(error, "orig", None) or error
-        first_line = (str(cause).strip().splitlines() or [""])[0]
-        line = f"cannot reach the database ({type(cause).__name__}: {first_line})"
-        if reachable_required:
-            return f"{line}; check PRIVQ_DATABASE_URL"
-        print(f"privq: {line}; /readyz answers 503 until it is reachable", file=sys.stderr)
-    finally:
-        engine.dispose()
-    return None
+def _warn(line: str) -> None:
+    print(f"privq: {line}", file=sys.stderr)
 
 
 def _refuse(problem: str) -> int:
@@ -66,7 +39,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     from app.api import create_app
     from app.worker import start_embedded_workers
 
-    problem = database_problem(settings, reachable_required=False)
+    problem = database_problem(settings, reachable_required=False, warn=_warn)
     if problem is not None:
         return _refuse(problem)
     if args.workers_in_process is not None:
@@ -81,7 +54,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
     from app.worker import run_worker  # lazy: only this command needs the worker
 
-    problem = database_problem(settings, reachable_required=False)
+    problem = database_problem(settings, reachable_required=False, warn=_warn)
     if problem is not None:
         return _refuse(problem)
     configure_logging(settings.log_level)

@@ -57,6 +57,27 @@ class Settings(BaseSettings):
         ge=0,
         description="Workers started beside `privq serve`; default 1 on SQLite, 0 otherwise.",
     )
+    api_threads: int = Field(
+        default=24,
+        ge=1,
+        le=1000,
+        description="Threads an API process runs blocking request work in; its database "
+        "pool holds as many connections (plus a few), so a request thread never waits "
+        "for a connection held by a request waiting for a thread.",
+    )
+    api_write_threads: int = Field(
+        default=4,
+        ge=1,
+        le=100,
+        description="Threads an API process runs writes in (charges, grants, uploads), "
+        "apart from the reads, so that writes waiting for the database's write lock never "
+        "hold every thread.",
+    )
+    database_pool_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a request waits for a pooled connection before a 503.",
+    )
     lease_seconds: int = Field(
         default=30,
         gt=0,

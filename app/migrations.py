@@ -13,6 +13,7 @@ migrate`) unless it is at the head revision.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,7 +22,10 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from app.config import Settings
+from app.db import make_engine
 from app.errors import PrivqError
 
 _APP_DIR = Path(__file__).resolve().parent
@@ -98,3 +102,37 @@ def check_schema_current(engine: Engine) -> None:
         current_revision=current,
         needed_revision=needed,
     )
+
+
+def database_problem(
+    settings: Settings,
+    *,
+    reachable_required: bool,
+    warn: Callable[[str], None] | None = None,
+) -> str | None:
+    """Check the database before a command uses it: None if it may go on, else one line.
+
+    The embedded SQLite default (auto-migrate) is upgraded first. An out-of-date schema
+    is always a problem (run `privq migrate`); an unreachable database is one only when
+    `reachable_required` (the admin CLI) — `serve` starts anyway and answers /readyz with
+    503 until it is, `worker` retries (both `warn` about it). Never a traceback: messages
+    are one line, for `privq: …` on stderr.
+    """
+    engine = make_engine(settings.database_url)
+    try:
+        if settings.effective_auto_migrate:
+            upgrade_to_head(settings.database_url)
+        check_schema_current(engine)
+    except SchemaNotCurrent as error:
+        return error.message
+    except SQLAlchemyError as error:
+        cause = getattr(error, "orig", None) or error
+        first_line = (str(cause).strip().splitlines() or [""])[0]
+        line = f"cannot reach the database ({type(cause).__name__}: {first_line})"
+        if reachable_required:
+            return f"{line}; check PRIVQ_DATABASE_URL"
+        if warn is not None:
+            warn(f"{line}; /readyz answers 503 until it is reachable")
+    finally:
+        engine.dispose()
+    return None

@@ -146,13 +146,16 @@ class Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, method: str, target: str, body: bytes = b"") -> tuple[int, bytes]:
+    async def request(
+        self, method: str, target: str, body: bytes = b"", extra_headers: str = ""
+    ) -> tuple[int, bytes]:
+        """One request; `extra_headers` are "Name: value\r\n" lines for this one only."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
             sock = self.writer.get_extra_info("socket")
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         assert self.reader is not None
-        head = f"{method} {target} HTTP/1.1\r\n{self.fixed_headers}"
+        head = f"{method} {target} HTTP/1.1\r\n{self.fixed_headers}{extra_headers}"
         if body:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         self.writer.write(head.encode() + b"\r\n" + body)

@@ -14,13 +14,17 @@ import logging
 import pkgutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+from anyio import to_thread
 from fastapi import APIRouter, FastAPI
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from app import limits
+from app.api import concurrency
 from app.api import routers as routers_package
-from app.api.deps import make_loop_read_engine
+from app.api.deps import loop_read_sessions, make_loop_read_engine
 from app.api.docs import install_docs
 from app.api.errors import install_error_handlers
 from app.api.guards import RequestGuardMiddleware
@@ -64,6 +68,23 @@ def announce_admin_key(database: Database, settings: Settings) -> str | None:
     return admin_key
 
 
+# Connections beyond one per thread: the auth lookup of a cache miss and readiness
+# checks may each hold one briefly while a request thread holds another.
+API_POOL_EXTRA_CONNECTIONS = 8
+
+
+def api_pool_options(settings: Settings) -> dict[str, Any]:
+    """Pool sizing for an API process: a connection for every request thread, and then some."""
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        return {}  # one in-memory database per connection: SQLAlchemy's own pool
+    return {
+        "pool_size": settings.api_threads + settings.api_write_threads,
+        "max_overflow": API_POOL_EXTRA_CONNECTIONS,
+        "pool_timeout": settings.database_pool_timeout_seconds,
+    }
+
+
 def create_app(
     settings: Settings | None = None,
     *,
@@ -72,10 +93,14 @@ def create_app(
 ) -> FastAPI:
     settings = settings or get_settings()
     configure_logging(settings.log_level)
-    database = database or Database.from_settings(settings)
+    database = database or Database.from_settings(settings, **api_pool_options(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Blocking request work runs in at most `api_threads` threads (and writes in
+        # `api_write_threads` more), as many as the pool has connections for.
+        to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        concurrency.configure(settings.api_write_threads)
         try:
             if settings.effective_auto_migrate:
                 from app.migrations import upgrade_to_head
@@ -113,6 +138,8 @@ def create_app(
     app.state.database = database
     loop_read_engine = make_loop_read_engine(database)
     app.state.loop_read_engine = loop_read_engine
+    if loop_read_engine is not None:
+        app.state.loop_read_sessions = loop_read_sessions(loop_read_engine)
     install_error_handlers(app)
     app.add_middleware(
         RequestGuardMiddleware,

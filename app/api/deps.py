@@ -1,10 +1,17 @@
-"""API dependencies as `Annotated` aliases: settings, the request's session, and who is calling.
+"""API dependencies as `Annotated` aliases: settings, the database, and who is calling.
 
-- `SessionDep` — the request's unit of work: one session, committed once right after
-  the endpoint returns (before the response is sent), rolled back if it raised.
-  Endpoints and services never commit.
-- `ReadSessionDep` — a session for endpoints that only read: never commits, and on
-  SQLite does not take the write lock (DEFERRED), so reads never queue behind writes.
+- `DatabaseDep` — the process's `Database`. An endpoint opens its own unit of work in
+  its body — `with database.unit_of_work() as session:` (commits once when the block
+  ends, rolls back if it raised) or `with database.read_only() as session:` (on SQLite
+  DEFERRED: reads never queue behind writes) — and builds its response inside it, so
+  the transaction ends and its connection returns to the pool *before* FastAPI
+  serialises the response. (A yield dependency would hold the connection through
+  serialisation, which for a sync endpoint waits for a thread-pool token: with more
+  requests in flight than tokens, every token waits for a connection that waits for a
+  token — the stall issue 10 measured.) Slow work (decoding many releases, converting
+  ρ to ε) happens after the block. `run_read` runs a short read on the event loop when
+  the database is a local SQLite file, in a thread otherwise; writes go through
+  `app.api.concurrency.write_endpoint`.
 - `PrincipalDep` — the caller: the admin, or a tenant (401 without a valid key).
 - `CurrentTenant` — a tenant only (the admin key gets 403: it holds no budget).
 - `AdminAuth` — the admin only (a tenant key gets 403).
@@ -26,23 +33,25 @@ hopping to the thread pool.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import BackgroundTasks, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
-from app.db import Database, Tenant, make_engine, utcnow
+from app.db import SQLITE_BEGIN_OPTION, Database, Tenant, make_engine, utcnow
 from app.errors import Forbidden, KeyRevoked, TenantDisabled, Unauthorized
 from app.services import keys
 from app.services import tenants as tenant_service
+
+T = TypeVar("T")
 
 bearer_scheme = HTTPBearer(auto_error=False, description="The admin key or a tenant's API key.")
 
@@ -86,26 +95,52 @@ def loop_read_engine(request: Request) -> Engine | None:
     return getattr(request.app.state, "loop_read_engine", None)
 
 
+def loop_read_sessions(engine: Engine) -> sessionmaker[Session]:
+    """Sessions on the loop engine whose transactions begin DEFERRED (never the lock)."""
+    return sessionmaker(
+        bind=engine.execution_options(**{SQLITE_BEGIN_OPTION: "DEFERRED"}),
+        expire_on_commit=False,
+    )
+
+
+def read_in_thread(database: Database, read: Callable[[Session], T]) -> T:
+    with database.read_only() as session:
+        return read(session)
+
+
+async def run_read(request: Request, database: Database, read: Callable[[Session], T]) -> T:
+    """Run a short, bounded read — `read(session)`, which also builds the response — where
+    it costs least: on the event loop when the database is a local SQLite file (a WAL
+    read never waits for a writer and takes well under a millisecond, less than the two
+    thread switches a worker thread costs), else in a worker thread. Reads that can grow
+    large (ledgers, release listings) stay in threads.
+    """
+    return await (await get_reads(request, database)).run(read)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 
 
-def get_session(database: DatabaseDep) -> Iterator[Session]:
-    with database.unit_of_work() as session:
-        yield session
+@dataclass(frozen=True)
+class Reads:
+    """Where a request's short reads run: the loop's sessions (local SQLite), or threads."""
+
+    database: Database
+    loop_sessions: sessionmaker[Session] | None
+
+    async def run(self, read: Callable[[Session], T]) -> T:
+        if self.loop_sessions is None:
+            return await run_in_threadpool(read_in_thread, self.database, read)
+        with self.loop_sessions() as session:
+            return read(session)
 
 
-# scope="function": commit when the endpoint returns, so a failed commit is the
-# response the client gets (not a 201 followed by a lost write).
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+async def get_reads(request: Request, database: DatabaseDep) -> Reads:
+    return Reads(database, getattr(request.app.state, "loop_read_sessions", None))
 
 
-def get_read_session(database: DatabaseDep) -> Iterator[Session]:
-    with database.read_only() as session:
-        yield session
-
-
-ReadSessionDep = Annotated[Session, Depends(get_read_session, scope="function")]
+ReadsDep = Annotated[Reads, Depends(get_reads)]
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ IdempotencyKeyText = Annotated[
 
 RHO = NumberRange("rho", gt=0, le=limits.MAX_RHO)
 EPSILON = NumberRange("epsilon", gt=0, le=limits.MAX_EPSILON)
-DELTA = NumberRange("delta", gt=0, lt=1)
+# δ below 1e-300 is subnormal: log(1/δ) overflows and so would ε.
+DELTA = NumberRange("delta", ge=1e-300, lt=1)
 SIGMA = NumberRange("sigma", ge=limits.MIN_NOISE_SCALE, le=limits.MAX_NOISE_SCALE)
 LAPLACE_SCALE = NumberRange("scale", ge=limits.MIN_NOISE_SCALE, le=limits.MAX_NOISE_SCALE)
 QUERY_WEIGHT = NumberRange("weight", ge=-limits.MAX_QUERY_WEIGHT, le=limits.MAX_QUERY_WEIGHT)

@@ -116,11 +116,12 @@ def fail(message: str) -> int:
 def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     """Run `command` in one unit of work and print its result; errors are one line."""
     from app.db import Database
-    from app.migrations import upgrade_to_head
+    from app.migrations import database_problem
 
+    problem = database_problem(settings, reachable_required=True)
+    if problem is not None:  # an out-of-date schema names `privq migrate`
+        return fail(problem)
     try:
-        if settings.effective_auto_migrate:
-            upgrade_to_head(settings.database_url)
         database = Database.from_settings(settings)
     except (SQLAlchemyError, OSError) as error:
         return fail(f"cannot open the database: {type(error).__name__}")

@@ -25,7 +25,8 @@ from typing import Any, cast
 
 import numpy as np
 from cachetools import LRUCache
-from sqlalchemy import func, or_, select
+from sqlalchemy import Text, func, or_, select
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from app.db import Dataset, Job, MeasurementRecord, new_id
@@ -102,27 +103,67 @@ def check_attribute_sets(
 
 
 def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
-    """The distinct attribute sets measured on the dataset so far (and queued, not yet measured)."""
-    rows = session.scalars(
-        select(MeasurementRecord.attributes).where(
-            MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active"
-        )
+    """The distinct attribute sets measured on the dataset so far (and queued, not yet measured).
+
+    De-duplicated in SQL (as JSON text), so a dataset with thousands of measurements of
+    a few marginals costs a few rows here, not thousands.
+    """
+    stored = session.scalars(
+        select(sql_cast(MeasurementRecord.attributes, Text))
+        .where(MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active")
+        .distinct()
     ).all()
-    sets = {tuple(r) for r in rows}
+    sets = {tuple(json.loads(text)) for text in stored if text}
     # Measurement jobs not yet run will add theirs too: count them, or two requests
     # could each pass the check and together exceed the cap. (A mechanism job keeps
     # its own model within the cap, given what is measured when it runs.)
     pending = session.scalars(
-        select(Job.params).where(
+        select(sql_cast(Job.params["marginals"], Text))
+        .where(
             Job.dataset_id == dataset_id,
             Job.kind == "measure",
             Job.status.in_(("queued", "running")),
         )
+        .distinct()
     ).all()
-    for params in pending:
-        for attrs in (params or {}).get("marginals", []):
+    for text in pending:
+        for attrs in json.loads(text) if text else ():
             sets.add(tuple(attrs))
     return sorted(sets)
+
+
+# Attribute sets of each dataset's stored (active) measurements, for the most recently
+# used datasets. A stored set stays (only a quarantine removes one, which shrinks the
+# model), so an entry is never wrong, only incomplete: a miss looks again.
+_measured_sets: LRUCache[str, frozenset[frozenset[str]]] = LRUCache(maxsize=256)
+_measured_sets_lock = threading.Lock()
+
+
+def adds_attribute_sets(
+    session: Session, dataset_id: str, new_sets: Sequence[Sequence[str]]
+) -> bool:
+    """Whether any of `new_sets` is not yet among the dataset's stored measurements' sets.
+
+    If none is, measuring them cannot grow the model, and the model-size check (which
+    reads every measurement and queued job under the write lock) can be skipped: a
+    stored set stays in every later union. (Sets of queued jobs do not count: a queued
+    job may still fail and take its sets with it.)
+    """
+    wanted = {frozenset(s) for s in new_sets}
+    with _measured_sets_lock:
+        if wanted <= _measured_sets.get(dataset_id, frozenset()):
+            return False
+    stored = frozenset(
+        frozenset(attributes)
+        for attributes in session.scalars(
+            select(MeasurementRecord.attributes).where(
+                MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active"
+            )
+        ).all()
+    )
+    with _measured_sets_lock:
+        _measured_sets[dataset_id] = stored
+    return not wanted <= stored
 
 
 def check_model_size(
@@ -225,11 +266,15 @@ def submit(
     idempotency_key: str | None,
     body_hash: str,
     description: str,
+    check_model: bool = True,
 ) -> tuple[Job, ledger.ChargeResult]:
     """Check the model cap, then charge and create the job in the caller's one transaction.
 
     The caller has checked that the tenant may see the dataset (`domain` is its schema's).
     The same idempotency key and body return the first job and charge nothing more.
+    `check_model=False` when the caller saw every one of `attribute_sets` already among
+    the dataset's (`adds_attribute_sets`): they cannot grow the model, and the check
+    reads every measurement and queued job under the write lock.
     """
     job_id = new_id()
     charge = ledger.charge(
@@ -247,7 +292,10 @@ def submit(
             raise LedgerInvariantViolated("an idempotent replay found a charge without a job")
         return jobs.get(session, charge.job_id), charge
     # Raising here rolls the charge back with the rest of the transaction.
-    check_model_size(session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells)
+    if check_model:
+        check_model_size(
+            session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells
+        )
     job = jobs.create(
         session,
         job_id=job_id,

@@ -99,8 +99,8 @@ def rho_units_from_epsilon(epsilon: float, delta: float, *, field: str = "epsilo
             raise InvalidRequest(f"{name} must be a finite number", field=name)
     if not epsilon > 0:
         raise InvalidRequest(f"{field} must be positive", field=field)
-    if not 0 < delta < 1:
-        raise InvalidRequest("delta must be between 0 and 1 (exclusive)", field="delta")
+    if not 1e-300 <= delta < 1:
+        raise InvalidRequest("delta must be a number with 1e-300 ≤ delta < 1", field="delta")
     if epsilon_from_rho(1 / UNITS_PER_RHO, delta) > epsilon:
         raise InvalidRequest(
             f"{field}={epsilon} at delta={delta} allows less than the ledger's unit of ρ (1e-12)",

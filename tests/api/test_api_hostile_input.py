@@ -74,7 +74,12 @@ def measure(client: TestClient, granted: dict[str, Any], body: dict[str, Any], *
             "body.scale",
             "1e-3 ≤ scale ≤ 1e12",
         ),
-        ({"marginals": [["sex"]], "epsilon": 1, "delta": 1}, "body.delta", "0 < delta < 1"),
+        ({"marginals": [["sex"]], "epsilon": 1, "delta": 1}, "body.delta", "1e-300 ≤ delta < 1"),
+        (
+            {"marginals": [["sex"]], "epsilon": 1, "delta": 5e-324},
+            "body.delta",
+            "1e-300 ≤ delta < 1",
+        ),
     ],
 )
 def test_numbers_are_json_numbers_within_their_documented_range(
@@ -370,3 +375,15 @@ def test_database_errors_are_logged_without_the_values_they_quote(database: Data
     line = JsonFormatter().format(record)
     assert "Traceback" in json.loads(line)["exc"]
     assert str(secret_rows) not in line
+
+
+def test_a_subnormal_delta_cannot_make_epsilon_infinite(
+    client: TestClient, granted: dict[str, Any]
+) -> None:
+    url = f"/v1/datasets/{granted['dataset_id']}/budget"
+    refused = client.get(url, params={"delta": "5e-324"}, headers=granted["headers"])
+    assert refused.status_code == 422
+    assert refused.json()["error"]["fields"][0]["range"] == "1e-300 ≤ delta < 1"
+    smallest = client.get(url, params={"delta": "1e-300"}, headers=granted["headers"])
+    assert smallest.status_code == 200
+    assert math.isfinite(strict_json(smallest)["epsilon_limit"])

@@ -52,7 +52,14 @@ def assert_refused_with_one_line(result: subprocess.CompletedProcess[str], fragm
 
 
 @pytest.mark.parametrize(
-    "args", [("serve", "--port", "8459"), ("worker",), ("admin", "create-tenant", "team")]
+    "args",
+    [
+        ("serve", "--port", "8459"),
+        ("worker",),
+        ("admin", "create-tenant", "team"),
+        ("tenants", "list"),
+        ("ledger",),
+    ],
 )
 def test_an_unmigrated_database_is_a_one_line_error(
     empty_database_url: str, backend: str, args: tuple[str, ...]

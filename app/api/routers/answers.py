@@ -12,7 +12,8 @@ answered on the event loop itself, because handing them to the thread pool — t
 thread switches under the GIL — costs more CPU than answering them. Anything larger,
 the first use of a model version (loading, belief propagation), and the version check
 on PostgreSQL (a network round trip) run in a worker thread, so the loop keeps
-serving other requests meanwhile. `/model` and `/synthetic` always run in a thread.
+serving other requests meanwhile. `/model` answers on the loop once the version is
+loaded; `/synthetic` runs in a thread.
 
 A tenant sees a dataset's answers only with a grant on it (else 404, as for a missing
 dataset); the admin may read every dataset's answers, as it may read the dataset.
@@ -259,11 +260,11 @@ class AnswersOut(BaseModel):
 
 
 @router.get("/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND})
-def read_model(
-    dataset_id: ResourceId, database: DatabaseDep, principal: PrincipalDep
+async def read_model(
+    dataset_id: ResourceId, request: Request, database: DatabaseDep, principal: PrincipalDep
 ) -> SafeJSONResponse:
     """The latest model version: cliques, fit figures and the measurements it covers."""
-    loaded = _loaded_model(database, principal, dataset_id)
+    loaded = await _ready_model(request, database, principal, dataset_id)
     return SafeJSONResponse(answers.model_description(loaded))
 
 

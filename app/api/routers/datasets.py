@@ -7,8 +7,10 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
+from sqlalchemy.orm import Session
 
-from app.api.deps import AdminAuth, PrincipalDep, ReadSessionDep, SessionDep, SettingsDep
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import AdminAuth, PrincipalDep, SettingsDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
@@ -42,6 +44,7 @@ SCHEMA_EXAMPLE = json.dumps(
         }
     ),
 )
+@write_endpoint
 def upload_dataset(
     file: Annotated[UploadFile, File(description="CSV with a header row.")],
     schema_text: Annotated[
@@ -54,7 +57,7 @@ def upload_dataset(
         ),
     ],
     name: Annotated[Name, Form(examples=["adult"])],
-    session: SessionDep,
+    session: Session,
     settings: SettingsDep,
     _admin: AdminAuth,
     rho_total: Annotated[
@@ -93,10 +96,11 @@ def upload_dataset(
     response_model_exclude_none=True,
     responses={200: {"headers": LINK_HEADER_DOC}},
 )
+@read_endpoint
 def list_datasets(
     request: Request,
     response: Response,
-    session: ReadSessionDep,
+    session: Session,
     principal: PrincipalDep,
     page_request: PageDep,
 ) -> list[DatasetOut]:
@@ -114,9 +118,8 @@ def list_datasets(
     response_model_exclude_none=True,
     responses=error_responses({404: NO_SUCH_DATASET}),
 )
-def read_dataset(
-    dataset_id: ResourceId, session: ReadSessionDep, principal: PrincipalDep
-) -> DatasetOut:
+@read_endpoint
+def read_dataset(dataset_id: ResourceId, session: Session, principal: PrincipalDep) -> DatasetOut:
     """The dataset's public schema. Its exact row count is private: only the admin sees it."""
     tenant_id = principal.tenant_id
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
@@ -131,8 +134,9 @@ def read_dataset(
         {404: NO_SUCH_DATASET, 422: "An unknown estimator or field, or no field at all."}
     ),
 )
+@write_endpoint
 def update_dataset(
-    dataset_id: ResourceId, body: DatasetPatch, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId, body: DatasetPatch, session: Session, _admin: AdminAuth
 ) -> DatasetOut:
     """Set the dataset's estimator. If it changed and anything is measured, a refit job
     (`refit_job_id`) fits the next model version from the same measurements: no noise is
@@ -149,7 +153,8 @@ def update_dataset(
     summary="Destroy a dataset's raw records; its model keeps answering (admin)",
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
-def purge_records(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
+@write_endpoint
+def purge_records(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
     """The uploaded records are deleted from the database; every free answer (marginals,
     counts, queries, synthetic data) keeps working from the model, and measuring gets
     409 `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
@@ -164,7 +169,8 @@ def purge_records(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth
     summary="Delete a dataset: records, measurements and models (admin)",
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
-def delete_dataset(dataset_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Response:
+@write_endpoint
+def delete_dataset(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
     """Records, measurements and model versions are deleted and every grant on it revoked;
     the dataset is then a 404 to everyone. The ledger keeps its lines for the audit
     (`GET /v1/ledger?dataset_id=`). 409 `jobs_pending` while a job is queued or running."""

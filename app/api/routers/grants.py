@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
+from sqlalchemy.orm import Session
 
-from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import AdminAuth
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
@@ -27,8 +29,9 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
         }
     ),
 )
+@write_endpoint
 def create_grant(
-    dataset_id: ResourceId, body: GrantCreate, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId, body: GrantCreate, session: Session, _admin: AdminAuth
 ) -> GrantOut:
     """Grant a tenant a ρ budget on this dataset (grants together stay within rho_total).
 
@@ -51,11 +54,12 @@ def create_grant(
         **refusals(NotFound, not_found="No such dataset."),
     },
 )
+@read_endpoint(on_loop=False)
 def list_grants(
     dataset_id: ResourceId,
     request: Request,
     response: Response,
-    session: ReadSessionDep,
+    session: Session,
     _admin: AdminAuth,
     page_request: PageDep,
 ) -> list[GrantOut]:
@@ -81,11 +85,12 @@ def list_grants(
         not_found="No such dataset, or no such grant on it.",
     ),
 )
+@write_endpoint
 def update_grant(
     dataset_id: ResourceId,
     grant_id: ResourceId,
     body: GrantUpdate,
-    session: SessionDep,
+    session: Session,
     _admin: AdminAuth,
 ) -> GrantOut:
     """Top up or lower a tenant's limit. Never below what the grant has spent (409
@@ -106,8 +111,9 @@ def update_grant(
     summary="Revoke a grant (admin): the tenant loses the dataset",
     responses=refusals(NotFound, not_found="No such dataset, or no such grant on it."),
 )
+@write_endpoint
 def revoke_grant(
-    dataset_id: ResourceId, grant_id: ResourceId, session: SessionDep, _admin: AdminAuth
+    dataset_id: ResourceId, grant_id: ResourceId, session: Session, _admin: AdminAuth
 ) -> Response:
     """The tenant gets 404 on the dataset from then on, as if it did not exist; its jobs
     on it that have not finished are cancelled (a queued one refunded whole). The ledger

@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.orm import Session
 
-from app.api.deps import PrincipalDep, ReadSessionDep, SessionDep
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import PrincipalDep
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.routers.measurements import JobOut
@@ -28,10 +30,11 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
     summary="List jobs, newest first (a tenant sees only its own)",
     responses={200: {"headers": LINK_HEADER_DOC}},
 )
+@read_endpoint(on_loop=False)
 def list_jobs(
     request: Request,
     response: Response,
-    session: ReadSessionDep,
+    session: Session,
     principal: PrincipalDep,
     page_request: PageDep,
     dataset_id: Annotated[
@@ -71,7 +74,8 @@ def list_jobs(
     "refunds what it had not used",
     responses=refusals(NotFound, JobFinished, not_found="No such job (or not yours)."),
 )
-def cancel_job(job_id: ResourceId, session: SessionDep, principal: PrincipalDep) -> JobOut:
+@write_endpoint
+def cancel_job(job_id: ResourceId, session: Session, principal: PrincipalDep) -> JobOut:
     """The job's owner or the admin. A queued job becomes `cancelled` and its whole charge
     is refunded (a refund line of its own in the ledger). A running job stops at its next
     safe point and refunds exactly the ρ it had not used yet; noise already drawn stays

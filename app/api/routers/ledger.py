@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.orm import Session
 
-from app.api.deps import AdminAuth, ReadSessionDep
+from app.api.concurrency import read_endpoint
+from app.api.deps import AdminAuth
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import LedgerEntryOut
 from app.services import ledger
@@ -24,10 +26,11 @@ router = APIRouter(prefix="/v1/ledger", tags=["budget"])
     summary="Every charge and refund, oldest first (admin)",
     responses={200: {"headers": LINK_HEADER_DOC}},
 )
+@read_endpoint(on_loop=False)
 def read_ledger(
     request: Request,
     response: Response,
-    session: ReadSessionDep,
+    session: Session,
     _admin: AdminAuth,
     page_request: PageDep,
     dataset_id: Annotated[

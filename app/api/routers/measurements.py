@@ -7,13 +7,22 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SessionDep, SettingsDep
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SettingsDep
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.responses import SafeJSONResponse
 from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
-from app.api.types import AttributeName, IdempotencyKeyText, LaplaceScale, ResourceId, Sigma
+from app.api.types import (
+    DELTA,
+    AttributeName,
+    IdempotencyKeyText,
+    LaplaceScale,
+    ResourceId,
+    Sigma,
+)
 from app.config import Settings
 from app.db import Dataset, Job
 from app.errors import InvalidRequest
@@ -164,13 +173,15 @@ DryRunFlag = Annotated[
 ]
 DryRunDelta = Annotated[
     float,
-    Query(gt=0, lt=1, description="δ for the dry run's ε (tight CKS conversion).", examples=[1e-6]),
+    DELTA.field("δ for the dry run's ε (tight CKS conversion)."),
+    BeforeValidator(DELTA.check_text),
+    Query(examples=[1e-6]),
 ]
 DEFAULT_DELTA = 1e-6
 
 
 def dry_run_response(estimate: dict[str, Any]) -> JSONResponse:
-    return JSONResponse(DryRunOut(**estimate).model_dump(mode="json", exclude_none=True))
+    return SafeJSONResponse(DryRunOut(**estimate).model_dump(mode="json", exclude_none=True))
 
 
 def _plan(
@@ -219,10 +230,10 @@ def _plan(
         ),
     },
 )
+@write_endpoint
 def create_measurement(
     dataset_id: ResourceId,
     body: MeasurementRequest,
-    session: SessionDep,
     database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
@@ -249,23 +260,30 @@ def create_measurement(
                 max_model_cells=settings.max_model_cells,
             )
         return dry_run_response(estimate)
-    dataset, plan = _plan(session, dataset_id, body, settings, tenant.id)
+    # Validated and priced before the write transaction (on SQLite: the write lock).
+    with database.read_only() as read_session:
+        dataset, plan = _plan(read_session, dataset_id, body, settings, tenant.id)
+        grows_model = measurement_service.adds_attribute_sets(
+            read_session, dataset_id, plan.marginals
+        )
     domain = dataset_service.dataset_schema(dataset).domain()
-    job, charge = measurement_service.submit(
-        session,
-        tenant_id=tenant.id,
-        dataset_id=dataset_id,
-        domain=domain,
-        kind="measure",
-        params=plan.params(),
-        rho_units_total=plan.rho_units,
-        attribute_sets=plan.marginals,
-        max_model_cells=settings.max_model_cells,
-        idempotency_key=idempotency_key,
-        body_hash=measurement_service.request_hash(body.model_dump()),
-        description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
-    )
-    return JobAccepted.of(job, charge)
+    with database.unit_of_work() as session:
+        job, charge = measurement_service.submit(
+            session,
+            tenant_id=tenant.id,
+            dataset_id=dataset_id,
+            domain=domain,
+            kind="measure",
+            params=plan.params(),
+            rho_units_total=plan.rho_units,
+            attribute_sets=plan.marginals,
+            max_model_cells=settings.max_model_cells,
+            idempotency_key=idempotency_key,
+            body_hash=measurement_service.request_hash(body.model_dump()),
+            description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
+            check_model=grows_model,
+        )
+        return JobAccepted.of(job, charge)
 
 
 @router.get(
@@ -273,11 +291,10 @@ def create_measurement(
     response_model=JobOut,
     responses=error_responses({404: "No such job (or not yours)."}),
 )
-def read_job(job_id: ResourceId, database: DatabaseDep, principal: PrincipalDep) -> JobOut:
+@read_endpoint
+def read_job(job_id: ResourceId, session: Session, principal: PrincipalDep) -> JobOut:
     """A job's status, progress (stage, iteration, loss, round …), error and model version."""
-    tenant_id = principal.tenant_id
-    with database.read_only() as session:
-        return JobOut.of(job_service.get(session, job_id, tenant_id=tenant_id))
+    return JobOut.of(job_service.get(session, job_id, tenant_id=principal.tenant_id))
 
 
 @router.get(
@@ -300,21 +317,22 @@ def list_measurements(
         found = measurement_service.page_for_dataset(
             session, dataset_id, limit=page_request.limit, cursor=page_request.cursor
         )
-        link_next(request, response, found.next_cursor)
-        return [
-            MeasurementOut(
-                id=record.id,
-                job_id=record.job_id,
-                attributes=list(record.attributes),
-                noise=record.noise,
-                sigma=record.scale if record.noise == "gaussian" else None,
-                scale=record.scale if record.noise == "laplace" else None,
-                rho=units_to_rho(record.rho_units),
-                values=measurement_service.decoded_values(record),
-                details=record.details,
-                created_at=record.created_at,
-                status=record.status,  # type: ignore[arg-type]
-                quarantine_reason=record.quarantine_reason,
-            )
-            for record in found.items
-        ]
+    link_next(request, response, found.next_cursor)
+    # Decoded with the connection back in the pool: a page holds up to 1000 releases.
+    return [
+        MeasurementOut(
+            id=record.id,
+            job_id=record.job_id,
+            attributes=list(record.attributes),
+            noise=record.noise,
+            sigma=record.scale if record.noise == "gaussian" else None,
+            scale=record.scale if record.noise == "laplace" else None,
+            rho=units_to_rho(record.rho_units),
+            values=measurement_service.decoded_values(record),
+            details=record.details,
+            created_at=record.created_at,
+            status=record.status,  # type: ignore[arg-type]
+            quarantine_reason=record.quarantine_reason,
+        )
+        for record in found.items
+    ]

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, status
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator, ConfigDict, Field
-from sqlalchemy.orm import Session
 
-from app.api.deps import CurrentTenant, DatabaseDep, SessionDep, SettingsDep
+from app.api.concurrency import write_endpoint
+from app.api.deps import CurrentTenant, DatabaseDep, SettingsDep
 from app.api.routers.measurements import (
     DEFAULT_DELTA,
     DryRunDelta,
@@ -94,7 +94,6 @@ class Submission:
     settings, the paying tenant, the request's idempotency key, and whether it is a
     dry run (then only a read-only session of `database` is used)."""
 
-    session: Session
     database: Database
     settings: Settings
     tenant: Tenant
@@ -103,6 +102,7 @@ class Submission:
     delta: float
 
     def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted | JSONResponse:
+        rho_units_total = body.required_units(rounding="up")  # before the write transaction
         if self.dry_run:
             with self.database.read_only() as read_session:
                 estimate = dry_run_service.mechanism(
@@ -111,31 +111,31 @@ class Submission:
                     tenant_id=self.tenant.id,
                     dataset_id=dataset_id,
                     settings=self.settings,
-                    rho_units_total=body.required_units(rounding="up"),
+                    rho_units_total=rho_units_total,
                     workload=body.workload,
                     max_model_cells=body.max_model_cells,
                     rounds=getattr(body, "rounds", None),
                     delta=self.delta,
                 )
             return dry_run_response(estimate)
-        job, charge = mechanism_service.submit(
-            self.session,
-            kind=kind,
-            tenant_id=self.tenant.id,
-            dataset_id=dataset_id,
-            settings=self.settings,
-            rho_units_total=body.required_units(rounding="up"),
-            workload=body.workload,
-            max_model_cells=body.max_model_cells,
-            rounds=getattr(body, "rounds", None),
-            idempotency_key=self.idempotency_key,
-            body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
-        )
-        return JobAccepted.of(job, charge)
+        with self.database.unit_of_work() as session:
+            job, charge = mechanism_service.submit(
+                session,
+                kind=kind,
+                tenant_id=self.tenant.id,
+                dataset_id=dataset_id,
+                settings=self.settings,
+                rho_units_total=rho_units_total,
+                workload=body.workload,
+                max_model_cells=body.max_model_cells,
+                rounds=getattr(body, "rounds", None),
+                idempotency_key=self.idempotency_key,
+                body_hash=measurement_service.request_hash({"kind": kind, **body.model_dump()}),
+            )
+            return JobAccepted.of(job, charge)
 
 
-def _submission(
-    session: SessionDep,
+async def _submission(
     database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
@@ -143,7 +143,7 @@ def _submission(
     dry_run: DryRunFlag = False,
     delta: DryRunDelta = DEFAULT_DELTA,
 ) -> Submission:
-    return Submission(session, database, settings, tenant, idempotency_key, dry_run, delta)
+    return Submission(database, settings, tenant, idempotency_key, dry_run, delta)
 
 
 SubmissionDep = Annotated[Submission, Depends(_submission)]
@@ -152,6 +152,7 @@ SubmissionDep = Annotated[Submission, Depends(_submission)]
 @router.post(
     "/aim", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
+@write_endpoint
 def run_aim(
     dataset_id: ResourceId, body: AimRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:
@@ -166,6 +167,7 @@ def run_aim(
 @router.post(
     "/mwem", status_code=status.HTTP_202_ACCEPTED, response_model=JobAccepted, responses=RESPONSES
 )
+@write_endpoint
 def run_mwem(
     dataset_id: ResourceId, body: MwemRequest, submission: SubmissionDep
 ) -> JobAccepted | JSONResponse:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response, status
 from sqlalchemy.orm import Session
 
-from app.api.deps import AdminAuth, ReadSessionDep, SessionDep
+from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.deps import AdminAuth
 from app.api.openapi import refusals
 from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
 from app.api.schemas import (
@@ -53,7 +54,8 @@ def tenant_detail(session: Session, tenant_id: str) -> TenantDetail:
     summary="Create a tenant and its first API key (shown once)",
     responses=refusals(AlreadyExists, already_exists="A tenant with this name exists."),
 )
-def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) -> TenantCreated:
+@write_endpoint
+def create_tenant(body: TenantCreate, session: Session, _admin: AdminAuth) -> TenantCreated:
     """Create a tenant. The response holds its API key; it is never shown again."""
     tenant, key, api_key = tenant_service.create_tenant(session, name=body.name)
     return TenantCreated(
@@ -70,10 +72,11 @@ def create_tenant(body: TenantCreate, session: SessionDep, _admin: AdminAuth) ->
     summary="List tenants, oldest first",
     responses={200: {"headers": LINK_HEADER_DOC}},
 )
+@read_endpoint(on_loop=False)
 def list_tenants(
     request: Request,
     response: Response,
-    session: ReadSessionDep,
+    session: Session,
     _admin: AdminAuth,
     page_request: PageDep,
 ) -> list[TenantOut]:
@@ -91,7 +94,8 @@ def list_tenants(
     summary="A tenant with its keys and grants",
     responses=NO_SUCH_TENANT,
 )
-def read_tenant(tenant_id: ResourceId, session: ReadSessionDep, _admin: AdminAuth) -> TenantDetail:
+@read_endpoint
+def read_tenant(tenant_id: ResourceId, session: Session, _admin: AdminAuth) -> TenantDetail:
     """The tenant, each of its keys (prefix, created, last used, revoked — never the key)
     and each of its grants with limit, spent and remaining ρ."""
     return tenant_detail(session, tenant_id)
@@ -103,8 +107,9 @@ def read_tenant(tenant_id: ResourceId, session: ReadSessionDep, _admin: AdminAut
     summary="Disable or enable a tenant",
     responses=NO_SUCH_TENANT,
 )
+@write_endpoint
 def update_tenant(
-    tenant_id: ResourceId, body: TenantUpdate, session: SessionDep, _admin: AdminAuth
+    tenant_id: ResourceId, body: TenantUpdate, session: Session, _admin: AdminAuth
 ) -> TenantDetail:
     """`{"disabled": true}`: every key of the tenant gets 401 `tenant_disabled` from the next
     request on, in every API process; `false` lets the same keys in again. Grants, jobs
@@ -120,7 +125,8 @@ def update_tenant(
     summary="Add an API key to a tenant (rotation: add, switch, revoke the old)",
     responses=NO_SUCH_TENANT,
 )
-def add_key(tenant_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> ApiKeyCreated:
+@write_endpoint
+def add_key(tenant_id: ResourceId, session: Session, _admin: AdminAuth) -> ApiKeyCreated:
     """One more key for the tenant, shown only in this response; its other keys keep
     working until they are revoked."""
     tenant = tenant_service.get_tenant(session, tenant_id)
@@ -136,8 +142,9 @@ def add_key(tenant_id: ResourceId, session: SessionDep, _admin: AdminAuth) -> Ap
     summary="Revoke one of a tenant's API keys",
     responses=refusals(NotFound, not_found="No such tenant, or no such key of it."),
 )
+@write_endpoint
 def revoke_key(
-    tenant_id: ResourceId, key_id: ResourceId, session: SessionDep, _admin: AdminAuth
+    tenant_id: ResourceId, key_id: ResourceId, session: Session, _admin: AdminAuth
 ) -> Response:
     """The key gets 401 `key_revoked` from its next request on, in every API process.
     Revoking it again changes nothing; the key's row stays for the audit."""
