@@ -8,20 +8,35 @@ The last page has no `Link` header.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request, Response
 
+from app.api.types import ResourceId
 from app.services.pages import DEFAULT_LIMIT, MAX_LIMIT
 
 
 @dataclass(frozen=True)
 class PageRequest:
+    """One page's `limit` and `cursor`, and where to name the next page."""
+
     limit: int
     cursor: str | None
+    request: Request
+    response: Response
+
+    def link_next(self, next_cursor: str | None) -> None:
+        """Name the next page in `Link`: this request's path and query with the new cursor."""
+        if next_cursor is None:
+            return
+        url = self.request.url.include_query_params(cursor=next_cursor)
+        target = url.path + (f"?{url.query}" if url.query else "")
+        self.response.headers["Link"] = f'<{target}>; rel="next"'
 
 
 def page_request(
+    request: Request,
+    response: Response,
     limit: Annotated[
         int,
         Query(
@@ -39,7 +54,7 @@ def page_request(
         ),
     ] = None,
 ) -> PageRequest:
-    return PageRequest(limit=limit, cursor=cursor)
+    return PageRequest(limit=limit, cursor=cursor, request=request, response=response)
 
 
 PageDep = Annotated[PageRequest, Depends(page_request)]
@@ -51,11 +66,9 @@ LINK_HEADER_DOC = {
     }
 }
 
+# The 200 response of a list route: a JSON array, and the next page in `Link`.
+PAGED: dict[int | str, dict[str, Any]] = {200: {"headers": LINK_HEADER_DOC}}
 
-def link_next(request: Request, response: Response, next_cursor: str | None) -> None:
-    """Name the next page in `Link`, as this request's path and query with the new cursor."""
-    if next_cursor is None:
-        return
-    url = request.url.include_query_params(cursor=next_cursor)
-    target = url.path + (f"?{url.query}" if url.query else "")
-    response.headers["Link"] = f'<{target}>; rel="next"'
+# Filters the list routes share.
+DatasetFilter = Annotated[ResourceId | None, Query(description="Only those of this dataset.")]
+TenantFilter = Annotated[ResourceId | None, Query(description="Only those of this tenant.")]

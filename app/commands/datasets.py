@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.api.schemas import DatasetOut
-from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.commands.output import Done, Listing, Record, action
 from app.config import get_settings
 from app.services import datasets as dataset_service
 from app.services.rho import rho_units
@@ -38,7 +37,9 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
             name=args.name,
             schema=schema,
             stream=stream,
-            rho_total_units=None if args.rho_total is None else rho_units(args.rho_total),
+            rho_total_units=None
+            if args.rho_total is None
+            else rho_units(args.rho_total, field="rho_total", rounding="down"),
             max_bytes=get_settings().max_upload_bytes,
         )
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
@@ -63,33 +64,25 @@ def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
     actions = datasets.add_subparsers(dest="datasets_command", required=True)
-
-    listing = actions.add_parser("list", help="every dataset, oldest first")
-    page_flags(listing)
-    json_flag(listing)
-    listing.set_defaults(handler=partial(run, list_datasets))
-
-    show = actions.add_parser("show", help="one dataset: schema, rows, rho_total")
-    show.add_argument("dataset_id")
-    json_flag(show)
-    show.set_defaults(handler=partial(run, show_dataset))
-
-    upload = actions.add_parser("upload", help="upload a CSV under a schema (JSON file)")
-    upload.add_argument("csv", help="the CSV file, with a header row")
+    action(actions, "list", list_datasets, "every dataset, oldest first", paged=True)
+    action(actions, "show", show_dataset, "one dataset: schema, rows, rho_total", "dataset_id")
+    upload = action(
+        actions,
+        "upload",
+        upload_dataset,
+        "upload a CSV under a schema (JSON file)",
+        ("csv", "the CSV file, with a header row"),
+    )
     upload.add_argument("--schema", required=True, help="the schema's JSON file")
     upload.add_argument("--name", required=True)
     upload.add_argument("--rho-total", default=None, help="cap on all grants together")
-    json_flag(upload)
-    upload.set_defaults(handler=partial(run, upload_dataset))
-
-    purge = actions.add_parser(
-        "purge-records", help="destroy the raw records; the model keeps answering"
+    action(
+        actions,
+        "purge-records",
+        purge_records,
+        "destroy the raw records; the model keeps answering",
+        "dataset_id",
     )
-    purge.add_argument("dataset_id")
-    json_flag(purge)
-    purge.set_defaults(handler=partial(run, purge_records))
-
-    delete = actions.add_parser("delete", help="delete records, measurements and models")
-    delete.add_argument("dataset_id")
-    json_flag(delete)
-    delete.set_defaults(handler=partial(run, delete_dataset))
+    action(
+        actions, "delete", delete_dataset, "delete records, measurements and models", "dataset_id"
+    )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.api.schemas import GrantOut
-from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.commands.output import Done, Listing, Record, action
 from app.db import Grant
 from app.services import grants as grant_service
 from app.services.rho import rho_units
@@ -39,14 +38,20 @@ def list_grants(args: argparse.Namespace, session: Session) -> Listing:
 
 def create_grant(args: argparse.Namespace, session: Session) -> Record:
     grant = grant_service.create_grant(
-        session, dataset_id=args.dataset_id, tenant_id=args.tenant_id, rho_units=rho_units(args.rho)
+        session,
+        dataset_id=args.dataset_id,
+        tenant_id=args.tenant_id,
+        rho_units=rho_units(args.rho, rounding="down"),
     )
     return Record(_out(session, grant))
 
 
 def set_grant(args: argparse.Namespace, session: Session) -> Record:
     grant = grant_service.set_limit(
-        session, dataset_id=args.dataset_id, grant_id=args.grant_id, rho_units=rho_units(args.rho)
+        session,
+        dataset_id=args.dataset_id,
+        grant_id=args.grant_id,
+        rho_units=rho_units(args.rho, rounding="down"),
     )
     return Record(_out(session, grant))
 
@@ -62,29 +67,37 @@ def revoke_grant(args: argparse.Namespace, session: Session) -> Done:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     grants = commands.add_parser("grants", help="tenants' ρ limits on a dataset")
     actions = grants.add_subparsers(dest="grants_command", required=True)
-
-    listing = actions.add_parser("list", help="a dataset's grants: limit, spent, remaining")
-    listing.add_argument("dataset_id")
-    page_flags(listing)
-    json_flag(listing)
-    listing.set_defaults(handler=partial(run, list_grants))
-
-    create = actions.add_parser("create", help="give a tenant a ρ limit on a dataset")
-    create.add_argument("dataset_id")
-    create.add_argument("tenant_id")
-    create.add_argument("rho", help="the limit, e.g. 0.5 (at most 12 decimal places)")
-    json_flag(create)
-    create.set_defaults(handler=partial(run, create_grant))
-
-    update = actions.add_parser("set", help="top up or lower a grant (never below spent)")
-    update.add_argument("dataset_id")
-    update.add_argument("grant_id")
-    update.add_argument("rho", help="the new limit")
-    json_flag(update)
-    update.set_defaults(handler=partial(run, set_grant))
-
-    revoke = actions.add_parser("revoke", help="take the dataset away from the tenant")
-    revoke.add_argument("dataset_id")
-    revoke.add_argument("grant_id")
-    json_flag(revoke)
-    revoke.set_defaults(handler=partial(run, revoke_grant))
+    action(
+        actions,
+        "list",
+        list_grants,
+        "a dataset's grants: limit, spent, remaining",
+        "dataset_id",
+        paged=True,
+    )
+    action(
+        actions,
+        "create",
+        create_grant,
+        "give a tenant a ρ limit on a dataset",
+        "dataset_id",
+        "tenant_id",
+        ("rho", "the limit, e.g. 0.5 (rounded down to the ledger's 1e-12)"),
+    )
+    action(
+        actions,
+        "set",
+        set_grant,
+        "top up or lower a grant (never below spent)",
+        "dataset_id",
+        "grant_id",
+        ("rho", "the new limit"),
+    )
+    action(
+        actions,
+        "revoke",
+        revoke_grant,
+        "take the dataset away from the tenant",
+        "dataset_id",
+        "grant_id",
+    )

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.api.routers.measurements import JobOut
 from app.api.schemas import LedgerEntryOut
-from app.commands.output import Listing, Record, json_flag, page_flags, run
+from app.commands.output import Listing, Record, action, json_flag, page_flags, run
 from app.services import jobs as job_service
 from app.services import ledger
 
@@ -58,28 +58,19 @@ def read_ledger(args: argparse.Namespace, session: Session) -> Listing:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     jobs = commands.add_parser("jobs", help="the job queue: list, inspect")
     actions = jobs.add_subparsers(dest="jobs_command", required=True)
-
-    listing = actions.add_parser("list", help="jobs, newest first")
+    listing = action(actions, "list", list_jobs, "jobs, newest first", paged=True)
     listing.add_argument("--dataset", default=None, help="only this dataset's jobs")
     listing.add_argument("--tenant", default=None, help="only this tenant's jobs")
     listing.add_argument("--status", choices=JOB_STATUSES, default=None)
     listing.add_argument("--kind", default=None, help="measure, aim, mwem, …")
-    page_flags(listing)
-    json_flag(listing)
-    listing.set_defaults(handler=partial(run, list_jobs))
-
-    show = actions.add_parser("show", help="a job's status, progress and error")
-    show.add_argument("job_id")
-    json_flag(show)
-    show.set_defaults(handler=partial(run, show_job))
-
-    cancel = actions.add_parser(
-        "cancel", help="cancel a job (queued: refunded whole; running: stops, refunds the rest)"
+    action(actions, "show", show_job, "a job's status, progress and error", "job_id")
+    action(
+        actions,
+        "cancel",
+        cancel_job,
+        "cancel a job (queued: refunded whole; running: stops, refunds the rest)",
+        "job_id",
     )
-    cancel.add_argument("job_id")
-    json_flag(cancel)
-    cancel.set_defaults(handler=partial(run, cancel_job))
-
     ledger_parser = commands.add_parser("ledger", help="every charge and refund, oldest first")
     ledger_parser.add_argument("--dataset", default=None, help="only this dataset's lines")
     ledger_parser.add_argument("--tenant", default=None, help="only this tenant's lines")

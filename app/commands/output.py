@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NoReturn
 
 from pydantic import BaseModel
@@ -163,3 +164,26 @@ def json_flag(parser: argparse.ArgumentParser) -> None:
 def page_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, default=100, help="results per page (≤ 1000)")
     parser.add_argument("--cursor", default=None, help="the next page, as printed on stderr")
+
+
+def action(
+    actions: argparse._SubParsersAction[Any],
+    name: str,
+    command: Command,
+    help: str,
+    *positionals: str | tuple[str, str],
+    paged: bool = False,
+) -> argparse.ArgumentParser:
+    """A subcommand that runs `command`: its positional arguments (a name, or a name and its
+    help), `--limit`/`--cursor` if `paged`, and `--json`. Options are added by the caller."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, help=help)
+    for positional in positionals:
+        if isinstance(positional, tuple):
+            parser.add_argument(positional[0], help=positional[1])
+        else:
+            parser.add_argument(positional)
+    if paged:
+        page_flags(parser)
+    json_flag(parser)
+    parser.set_defaults(handler=partial(run, command))
+    return parser

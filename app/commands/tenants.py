@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.api.routers.tenants import tenant_detail
 from app.api.schemas import ApiKeyCreated, ApiKeyOut, TenantCreated, TenantOut
-from app.commands.output import Done, Listing, Record, json_flag, page_flags, run
+from app.commands.output import Done, Listing, Record, action
 from app.services import keys as key_service
 from app.services import tenants as tenant_service
 
@@ -71,43 +71,33 @@ def revoke_key(args: argparse.Namespace, session: Session) -> Done:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     tenants = commands.add_parser("tenants", help="list, create and inspect tenants")
     actions = tenants.add_subparsers(dest="tenants_command", required=True)
-
-    listing = actions.add_parser("list", help="every tenant, oldest first")
-    page_flags(listing)
-    json_flag(listing)
-    listing.set_defaults(handler=partial(run, list_tenants))
-
-    create = actions.add_parser("create", help="create a tenant; prints its API key once")
-    create.add_argument("name")
-    json_flag(create)
-    create.set_defaults(handler=partial(run, create_tenant))
-
-    show = actions.add_parser("show", help="a tenant, its keys and its grants")
-    show.add_argument("tenant_id")
-    json_flag(show)
-    show.set_defaults(handler=partial(run, show_tenant))
-
-    for name, disabled, text in (
-        ("disable", True, "refuse every key of the tenant until it is enabled"),
-        ("enable", False, "accept the tenant's keys again"),
-    ):
-        action = actions.add_parser(name, help=text)
-        action.add_argument("tenant_id")
-        json_flag(action)
-        action.set_defaults(handler=partial(run, partial(set_disabled, disabled)))
+    action(actions, "list", list_tenants, "every tenant, oldest first", paged=True)
+    action(actions, "create", create_tenant, "create a tenant; prints its API key once", "name")
+    action(actions, "show", show_tenant, "a tenant, its keys and its grants", "tenant_id")
+    action(
+        actions,
+        "disable",
+        partial(set_disabled, True),
+        "refuse every key of the tenant until it is enabled",
+        "tenant_id",
+    )
+    action(
+        actions,
+        "enable",
+        partial(set_disabled, False),
+        "accept the tenant's keys again",
+        "tenant_id",
+    )
 
     keys = commands.add_parser("keys", help="a tenant's API keys: list, add, revoke")
     key_actions = keys.add_subparsers(dest="keys_command", required=True)
-    listing_keys = key_actions.add_parser("list", help="every key of a tenant (never the key)")
-    listing_keys.add_argument("tenant_id")
-    json_flag(listing_keys)
-    listing_keys.set_defaults(handler=partial(run, list_keys))
-    add = key_actions.add_parser("add", help="one more key (rotation: add, switch, revoke)")
-    add.add_argument("tenant_id")
-    json_flag(add)
-    add.set_defaults(handler=partial(run, add_key))
-    revoke = key_actions.add_parser("revoke", help="refuse a key from its next request on")
-    revoke.add_argument("tenant_id")
-    revoke.add_argument("key_id")
-    json_flag(revoke)
-    revoke.set_defaults(handler=partial(run, revoke_key))
+    action(key_actions, "list", list_keys, "every key of a tenant (never the key)", "tenant_id")
+    action(key_actions, "add", add_key, "one more key (rotation: add, switch, revoke)", "tenant_id")
+    action(
+        key_actions,
+        "revoke",
+        revoke_key,
+        "refuse a key from its next request on",
+        "tenant_id",
+        "key_id",
+    )

@@ -64,6 +64,10 @@ def test_tenants_datasets_grants_jobs_and_ledger(env_database, tmp_path, capsys)
 
     grant = run_json(capsys, "grants", "create", dataset["id"], tenant["id"], "0.5")
     assert grant["rho_limit_exact"] == "0.5"
+    # A limit with more digits than the ledger keeps is rounded down, as over HTTP.
+    precise = run_json(capsys, "grants", "set", dataset["id"], grant["id"], "0.014973057673588523")
+    assert precise["rho_limit_exact"] == "0.014973057673"
+    run_json(capsys, "grants", "set", dataset["id"], grant["id"], "0.5")
     database = Database(env_database)
     try:
         with database.unit_of_work() as session:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query
 from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint
 from app.api.deps import PrincipalDep
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
 from app.api.types import DELTA, ResourceId
 from app.errors import InvalidRequest
@@ -79,16 +79,14 @@ def read_budget(
 @router.get(
     "/ledger",
     response_model=list[LedgerEntryOut],
-    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
+    responses={**PAGED, **error_responses({404: NO_SUCH_DATASET})},
 )
 @read_endpoint(on_loop=False)
 def read_ledger(
     dataset_id: ResourceId,
-    request: Request,
-    response: Response,
     session: Session,
     principal: PrincipalDep,
-    page_request: PageDep,
+    page: PageDep,
 ) -> list[LedgerEntryOut]:
     """Every charge and refund, oldest first: all for the admin, a tenant's own otherwise."""
     tenant_id = principal.tenant_id
@@ -97,8 +95,8 @@ def read_ledger(
         session,
         dataset_id=dataset_id,
         tenant_id=tenant_id,
-        limit=page_request.limit,
-        cursor=page_request.cursor,
+        limit=page.limit,
+        cursor=page.cursor,
     )
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     return [LedgerEntryOut.of(entry) for entry in found.items]

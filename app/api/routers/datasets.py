@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, File, Form, Request, Response, UploadFile, status
+from fastapi import APIRouter, File, Form, Response, UploadFile, status
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import AdminAuth, PrincipalDep, SettingsDep
 from app.api.openapi import refusals
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import Name, ResourceId, SafeText
 from app.errors import JobsPending, NotFound
@@ -94,21 +94,19 @@ def upload_dataset(
     "",
     response_model=list[DatasetOut],
     response_model_exclude_none=True,
-    responses={200: {"headers": LINK_HEADER_DOC}},
+    responses=PAGED,
 )
 @read_endpoint
 def list_datasets(
-    request: Request,
-    response: Response,
     session: Session,
     principal: PrincipalDep,
-    page_request: PageDep,
+    page: PageDep,
 ) -> list[DatasetOut]:
     """The admin sees every dataset; a tenant those it holds a grant on (without row counts)."""
     found = dataset_service.list_datasets(
-        session, tenant_id=principal.tenant_id, limit=page_request.limit, cursor=page_request.cursor
+        session, tenant_id=principal.tenant_id, limit=page.limit, cursor=page.cursor
     )
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     return [DatasetOut.of(dataset, for_admin=principal.is_admin) for dataset in found.items]
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Response, status
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import AdminAuth
 from app.api.openapi import refusals
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, PageDep
 from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
 from app.api.types import ResourceId
 from app.errors import BelowSpent, GrantRevoked, NotFound, RhoTotalExceeded
@@ -50,26 +50,24 @@ def create_grant(
     "",
     response_model=list[GrantOut],
     responses={
-        200: {"headers": LINK_HEADER_DOC},
+        **PAGED,
         **refusals(NotFound, not_found="No such dataset."),
     },
 )
 @read_endpoint(on_loop=False)
 def list_grants(
     dataset_id: ResourceId,
-    request: Request,
-    response: Response,
     session: Session,
     _admin: AdminAuth,
-    page_request: PageDep,
+    page: PageDep,
 ) -> list[GrantOut]:
     """Every grant on this dataset with its limit, spent and remaining ρ, oldest first."""
     dataset_service.get_dataset(session, dataset_id)
     found = grant_service.list_grants(
-        session, dataset_id=dataset_id, limit=page_request.limit, cursor=page_request.cursor
+        session, dataset_id=dataset_id, limit=page.limit, cursor=page.cursor
     )
     spent = grant_service.spent_by_grant(session, (grant.id for grant in found.items))
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     return [GrantOut.of(grant, spent_units=spent[grant.id]) for grant in found.items]
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import PrincipalDep
 from app.api.openapi import refusals
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, DatasetFilter, PageDep
 from app.api.routers.measurements import JobOut
 from app.api.types import ResourceId
 from app.errors import JobFinished, NotFound
@@ -28,18 +28,14 @@ JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
     "",
     response_model=list[JobOut],
     summary="List jobs, newest first (a tenant sees only its own)",
-    responses={200: {"headers": LINK_HEADER_DOC}},
+    responses=PAGED,
 )
 @read_endpoint(on_loop=False)
 def list_jobs(
-    request: Request,
-    response: Response,
     session: Session,
     principal: PrincipalDep,
-    page_request: PageDep,
-    dataset_id: Annotated[
-        str | None, Query(max_length=36, description="Only this dataset's jobs.")
-    ] = None,
+    page: PageDep,
+    dataset_id: DatasetFilter = None,
     status: Annotated[
         JobStatus | None, Query(description="Only jobs in this state.", examples=["queued"])
     ] = None,
@@ -60,10 +56,10 @@ def list_jobs(
         dataset_id=dataset_id,
         status=status,
         kind=kind,
-        limit=page_request.limit,
-        cursor=page_request.cursor,
+        limit=page.limit,
+        cursor=page.cursor,
     )
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     return [JobOut.of(job) for job in found.items]
 
 

@@ -6,14 +6,12 @@ deleted — not when a job is cancelled, a grant revoked or a dataset deleted.
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint
 from app.api.deps import AdminAuth
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, DatasetFilter, PageDep, TenantFilter
 from app.api.schemas import LedgerEntryOut
 from app.services import ledger
 
@@ -24,21 +22,15 @@ router = APIRouter(prefix="/v1/ledger", tags=["budget"])
     "",
     response_model=list[LedgerEntryOut],
     summary="Every charge and refund, oldest first (admin)",
-    responses={200: {"headers": LINK_HEADER_DOC}},
+    responses=PAGED,
 )
 @read_endpoint(on_loop=False)
 def read_ledger(
-    request: Request,
-    response: Response,
     session: Session,
     _admin: AdminAuth,
-    page_request: PageDep,
-    dataset_id: Annotated[
-        str | None, Query(max_length=36, description="Only this dataset's lines.")
-    ] = None,
-    tenant_id: Annotated[
-        str | None, Query(max_length=36, description="Only this tenant's lines.")
-    ] = None,
+    page: PageDep,
+    dataset_id: DatasetFilter = None,
+    tenant_id: TenantFilter = None,
 ) -> list[LedgerEntryOut]:
     """Charges (positive ρ) and refunds (negative ρ, lines of their own), oldest first,
     filtered by dataset and tenant; lines of deleted datasets and revoked grants stay."""
@@ -46,8 +38,8 @@ def read_ledger(
         session,
         dataset_id=dataset_id,
         tenant_id=tenant_id,
-        limit=page_request.limit,
-        cursor=page_request.cursor,
+        limit=page.limit,
+        cursor=page.cursor,
     )
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     return [LedgerEntryOut.of(entry) for entry in found.items]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Header, Query, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SettingsDep
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, PageDep
 from app.api.responses import SafeJSONResponse
 from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
 from app.api.types import (
@@ -300,24 +300,22 @@ def read_job(job_id: ResourceId, session: Session, principal: PrincipalDep) -> J
 @router.get(
     "/v1/datasets/{dataset_id}/measurements",
     response_model=list[MeasurementOut],
-    responses={200: {"headers": LINK_HEADER_DOC}, **error_responses({404: NO_SUCH_DATASET})},
+    responses={**PAGED, **error_responses({404: NO_SUCH_DATASET})},
 )
 def list_measurements(
     dataset_id: ResourceId,
-    request: Request,
-    response: Response,
     database: DatabaseDep,
     principal: PrincipalDep,
-    page_request: PageDep,
+    page: PageDep,
 ) -> list[MeasurementOut]:
     """Every noisy measurement of the dataset: they are differentially private releases."""
     tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
         found = measurement_service.page_for_dataset(
-            session, dataset_id, limit=page_request.limit, cursor=page_request.cursor
+            session, dataset_id, limit=page.limit, cursor=page.cursor
         )
-    link_next(request, response, found.next_cursor)
+    page.link_next(found.next_cursor)
     # Decoded with the connection back in the pool: a page holds up to 1000 releases.
     return [
         MeasurementOut(

@@ -7,13 +7,13 @@ old key is refused from its next request on, in every API process.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Response, status
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import AdminAuth
 from app.api.openapi import refusals
-from app.api.pagination import LINK_HEADER_DOC, PageDep, link_next
+from app.api.pagination import PAGED, PageDep
 from app.api.schemas import (
     ApiKeyCreated,
     ApiKeyOut,
@@ -70,21 +70,17 @@ def create_tenant(body: TenantCreate, session: Session, _admin: AdminAuth) -> Te
     "",
     response_model=list[TenantOut],
     summary="List tenants, oldest first",
-    responses={200: {"headers": LINK_HEADER_DOC}},
+    responses=PAGED,
 )
 @read_endpoint(on_loop=False)
 def list_tenants(
-    request: Request,
-    response: Response,
     session: Session,
     _admin: AdminAuth,
-    page_request: PageDep,
+    page: PageDep,
 ) -> list[TenantOut]:
     """Every tenant, oldest first, a page at a time (keys are not shown)."""
-    found = tenant_service.list_tenants(
-        session, limit=page_request.limit, cursor=page_request.cursor
-    )
-    link_next(request, response, found.next_cursor)
+    found = tenant_service.list_tenants(session, limit=page.limit, cursor=page.cursor)
+    page.link_next(found.next_cursor)
     return [TenantOut.of(tenant) for tenant in found.items]
 
 
