@@ -17,6 +17,17 @@ class PrivqError(Exception):
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
 
+    def __init_subclass__(
+        cls, *, status: int | None = None, code: str | None = None, **kwargs: Any
+    ) -> None:
+        """`class Conflict(PrivqError, status=409, code="conflict")`: a subclass names its
+        HTTP status and its code in its header; omitted, they are inherited."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if code is not None:
+            cls.code = code
+
     def __init__(self, message: str | None = None, **details: Any) -> None:
         self.message = message or (self.__doc__ or self.code).strip()
         self.details = details
@@ -26,130 +37,82 @@ class PrivqError(Exception):
         return {"error": {"code": self.code, "message": self.message, **self.details}}
 
 
-class InvalidRequest(PrivqError):
+class InvalidRequest(PrivqError, status=422, code="invalid_request"):
     """The request is not valid."""
 
-    status = 422
-    code = "invalid_request"
 
-
-class Unauthorized(PrivqError):
+class Unauthorized(PrivqError, status=401, code="unauthorized"):
     """A valid API key is required: send `Authorization: Bearer <key>`."""
 
-    status = 401
-    code = "unauthorized"
 
-
-class KeyRevoked(Unauthorized):
+class KeyRevoked(Unauthorized, code="key_revoked"):
     """This API key was revoked; ask the curator for a new one."""
 
-    code = "key_revoked"
 
-
-class TenantDisabled(Unauthorized):
+class TenantDisabled(Unauthorized, code="tenant_disabled"):
     """This tenant is disabled: none of its keys is accepted until the curator enables it."""
 
-    code = "tenant_disabled"
 
-
-class Forbidden(PrivqError):
+class Forbidden(PrivqError, status=403, code="forbidden"):
     """This key may not perform this operation."""
 
-    status = 403
-    code = "forbidden"
 
-
-class NotFound(PrivqError):
+class NotFound(PrivqError, status=404, code="not_found"):
     """Not found."""
 
-    status = 404
-    code = "not_found"
 
-
-class Conflict(PrivqError):
+class Conflict(PrivqError, status=409, code="conflict"):
     """The request conflicts with the current state."""
 
-    status = 409
-    code = "conflict"
 
-
-class AlreadyExists(Conflict):
+class AlreadyExists(Conflict, code="already_exists"):
     """An object with this name already exists."""
 
-    code = "already_exists"
 
-
-class InsufficientBudget(Conflict):
+class InsufficientBudget(Conflict, code="insufficient_budget"):
     """The remaining privacy budget is smaller than the charge; nothing was charged."""
 
-    code = "insufficient_budget"
 
-
-class RhoTotalExceeded(Conflict):
+class RhoTotalExceeded(Conflict, code="rho_total_exceeded"):
     """The grants of this dataset together would exceed its rho_total."""
 
-    code = "rho_total_exceeded"
 
-
-class BelowSpent(Conflict):
+class BelowSpent(Conflict, code="rho_below_spent"):
     """A grant's limit cannot be lowered below what it has already spent."""
 
-    code = "rho_below_spent"
 
-
-class GrantRevoked(Conflict):
+class GrantRevoked(Conflict, code="grant_revoked"):
     """This grant was revoked; grant the tenant the dataset again instead."""
 
-    code = "grant_revoked"
 
-
-class RecordsPurged(Conflict):
+class RecordsPurged(Conflict, code="records_purged"):
     """This dataset's raw records were destroyed: it can no longer be measured, only
     queried from its model."""
 
-    code = "records_purged"
 
-
-class JobsPending(Conflict):
+class JobsPending(Conflict, code="jobs_pending"):
     """This dataset has jobs that have not finished; cancel them or wait for them first."""
 
-    code = "jobs_pending"
 
-
-class JobFinished(Conflict):
+class JobFinished(Conflict, code="job_finished"):
     """This job has already finished; there is nothing to cancel."""
 
-    code = "job_finished"
 
-
-class IdempotencyConflict(Conflict):
+class IdempotencyConflict(Conflict, code="idempotency_key_reused"):
     """This Idempotency-Key was already used for a different request."""
 
-    code = "idempotency_key_reused"
 
-
-class PayloadTooLarge(PrivqError):
+class PayloadTooLarge(PrivqError, status=413, code="payload_too_large"):
     """The upload is larger than the server accepts."""
 
-    status = 413
-    code = "payload_too_large"
 
-
-class ServiceUnavailable(PrivqError):
+class ServiceUnavailable(PrivqError, status=503, code="unavailable"):
     """The service cannot reach its database."""
 
-    status = 503
-    code = "unavailable"
 
-
-class InvariantViolated(PrivqError):
+class InvariantViolated(PrivqError, status=500, code="invariant_violated"):
     """An internal check that guards the privacy budget failed; nothing was released."""
 
-    status = 500
-    code = "invariant_violated"
 
-
-class LedgerInvariantViolated(InvariantViolated):
+class LedgerInvariantViolated(InvariantViolated, code="ledger_invariant_violated"):
     """The ledger is not in the state the service relies on; nothing was changed."""
-
-    code = "ledger_invariant_violated"

@@ -65,11 +65,8 @@ def check_models_match(database_url: str) -> None:
     command.check(alembic_config(database_url))
 
 
-class SchemaNotCurrent(PrivqError):
+class SchemaNotCurrent(PrivqError, status=503, code="schema_not_current"):
     """The database schema is not the one this privq needs: run `privq migrate`."""
-
-    status = 503
-    code = "schema_not_current"
 
 
 @lru_cache(maxsize=1)

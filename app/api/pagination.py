@@ -7,13 +7,18 @@ The last page has no `Link` header.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ParamSpec, TypeVar
 
-from fastapi import Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 
+from app.api.concurrency import read_endpoint
 from app.api.types import ResourceId
 from app.services.pages import DEFAULT_LIMIT, MAX_LIMIT
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -72,3 +77,26 @@ PAGED: dict[int | str, dict[str, Any]] = {200: {"headers": LINK_HEADER_DOC}}
 # Filters the list routes share.
 DatasetFilter = Annotated[ResourceId | None, Query(description="Only those of this dataset.")]
 TenantFilter = Annotated[ResourceId | None, Query(description="Only those of this tenant.")]
+
+
+def paged_list(
+    router: APIRouter,
+    item: type[Any],
+    *,
+    summary: str,
+    path: str = "",
+    responses: dict[int | str, dict[str, Any]] | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`GET path` answering a page of `item`s: read in a worker thread (a page holds up to
+    1000 rows), the next page in `Link` (`PageRequest.link_next`)."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        endpoint = read_endpoint(on_loop=False)(function)
+        return router.get(
+            path,
+            response_model=list[item],  # type: ignore[valid-type]
+            summary=summary,
+            responses={**PAGED, **(responses or {})},
+        )(endpoint)
+
+    return decorate

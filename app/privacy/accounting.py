@@ -62,10 +62,8 @@ __all__ = [
 ]
 
 
-class BudgetOverspent(PrivqError):
+class BudgetOverspent(PrivqError, code="budget_overspent"):
     """More ρ would be spent than was charged; the computation stopped before releasing more."""
-
-    code = "budget_overspent"
 
 
 def _positive(name: str, value: float) -> float:

@@ -44,11 +44,8 @@ from app.services.pages import Page, page
 MAX_DATASET_NAME_LENGTH = 200
 
 
-class UploadRefused(PrivqError):
+class UploadRefused(PrivqError, status=422, code="invalid_upload"):
     """The uploaded file was refused; nothing was stored."""
-
-    status = 422
-    code = "invalid_upload"
 
     def __init__(
         self,

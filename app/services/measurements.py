@@ -48,10 +48,8 @@ NOISE_KINDS = ("gaussian", "laplace")
 MAX_MARGINALS_PER_REQUEST = 1000
 
 
-class ModelTooLargeRequest(InvalidRequest):
+class ModelTooLargeRequest(InvalidRequest, code="model_too_large"):
     """The model these measurements would need is larger than the service allows."""
-
-    code = "model_too_large"
 
 
 @dataclass(frozen=True)

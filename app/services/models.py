@@ -44,22 +44,16 @@ from app.services.precompiled import PrecompiledSelect
 DEFAULT_CACHE_ENTRIES = 16
 
 
-class NoModel(NotFound):
+class NoModel(NotFound, code="no_model"):
     """no model yet: measure something first"""
 
-    code = "no_model"
 
-
-class ModelVersionExists(Conflict):
+class ModelVersionExists(Conflict, code="model_version_exists"):
     """This model version was already saved by another fit."""
 
-    code = "model_version_exists"
 
-
-class StoredModelCorrupt(PrivqError):
+class StoredModelCorrupt(PrivqError, code="model_corrupt"):
     """A stored model version could not be read back."""
-
-    code = "model_corrupt"
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,8 @@ ACTIVE, QUARANTINED = "active", "quarantined"
 REASON_LENGTH = 500
 
 
-class MeasurementQuarantined(PrivqError):
+class MeasurementQuarantined(PrivqError, status=409, code="measurement_quarantined"):
     """A measurement of this job could not be used in a model fit and is quarantined."""
-
-    status = 409
-    code = "measurement_quarantined"
 
 
 class FitFailed(Exception):

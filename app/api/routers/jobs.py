@@ -10,10 +10,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query
 from sqlalchemy.orm import Session
 
-from app.api.concurrency import read_endpoint, write_endpoint
+from app.api.concurrency import write_endpoint
 from app.api.deps import PrincipalDep
 from app.api.openapi import refusals
-from app.api.pagination import PAGED, DatasetFilter, PageDep
+from app.api.pagination import DatasetFilter, PageDep, paged_list
 from app.api.routers.measurements import JobOut
 from app.api.types import ResourceId
 from app.errors import JobFinished, NotFound
@@ -24,13 +24,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
-@router.get(
-    "",
-    response_model=list[JobOut],
-    summary="List jobs, newest first (a tenant sees only its own)",
-    responses=PAGED,
-)
-@read_endpoint(on_loop=False)
+@paged_list(router, JobOut, summary="List jobs, newest first (a tenant sees only its own)")
 def list_jobs(
     session: Session,
     principal: PrincipalDep,

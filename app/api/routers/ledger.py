@@ -9,22 +9,15 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy.orm import Session
 
-from app.api.concurrency import read_endpoint
 from app.api.deps import AdminAuth
-from app.api.pagination import PAGED, DatasetFilter, PageDep, TenantFilter
+from app.api.pagination import DatasetFilter, PageDep, TenantFilter, paged_list
 from app.api.schemas import LedgerEntryOut
 from app.services import ledger
 
 router = APIRouter(prefix="/v1/ledger", tags=["budget"])
 
 
-@router.get(
-    "",
-    response_model=list[LedgerEntryOut],
-    summary="Every charge and refund, oldest first (admin)",
-    responses=PAGED,
-)
-@read_endpoint(on_loop=False)
+@paged_list(router, LedgerEntryOut, summary="Every charge and refund, oldest first (admin)")
 def read_ledger(
     session: Session,
     _admin: AdminAuth,

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import AdminAuth
 from app.api.openapi import refusals
-from app.api.pagination import PAGED, PageDep
+from app.api.pagination import PageDep, paged_list
 from app.api.schemas import (
     ApiKeyCreated,
     ApiKeyOut,
@@ -66,13 +66,7 @@ def create_tenant(body: TenantCreate, session: Session, _admin: AdminAuth) -> Te
     )
 
 
-@router.get(
-    "",
-    response_model=list[TenantOut],
-    summary="List tenants, oldest first",
-    responses=PAGED,
-)
-@read_endpoint(on_loop=False)
+@paged_list(router, TenantOut, summary="List tenants, oldest first")
 def list_tenants(
     session: Session,
     _admin: AdminAuth,

@@ -24,16 +24,12 @@ SYNTHETIC_CHUNK_ROWS = 20_000
 COUNT_DECIMALS = 3
 
 
-class TooManyCells(InvalidRequest):
+class TooManyCells(InvalidRequest, code="too_many_cells"):
     """The answer would have more cells than the server returns in one response."""
 
-    code = "too_many_cells"
 
-
-class QueryTooLarge(InvalidRequest):
+class QueryTooLarge(InvalidRequest, code="query_too_large"):
     """Answering this query needs a larger intermediate table than the server allows."""
-
-    code = "query_too_large"
 
 
 def invalid(parameter: str, message: str) -> InvalidRequest:
