@@ -52,6 +52,7 @@ from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
 from app.services import fits, jobs, mechanisms, quarantine, refits
 from app.services import measurements as measurement_service
+from app.services.columns import ColumnCache, ColumnLoader
 from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
@@ -144,7 +145,7 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.poll_seconds = settings.worker_poll_seconds if poll_seconds is None else poll_seconds
-        self.columns = measurement_service.ColumnCache()
+        self.columns = ColumnCache()
         self.held_fit_locks: set[str] = set()
         self._heartbeat: Heartbeat | None = None
         self._last_progress: dict[str, Any] = {}
@@ -249,7 +250,7 @@ class Worker:
                 dataset_service.get_dataset(session, dataset_id)
             ).domain()
 
-    def columns_of(self, dataset_id: str) -> measurement_service.ColumnLoader:
+    def columns_of(self, dataset_id: str) -> ColumnLoader:
         def load(attributes: Iterable[str]) -> dict[str, Any]:
             with self.database.read_only() as session:
                 return self.columns.get(session, dataset_id, attributes)

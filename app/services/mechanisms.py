@@ -45,6 +45,7 @@ from app.privacy.mechanisms import (
     run_aim,
     run_mwem,
 )
+from app.services import columns as column_service
 from app.services import datasets as dataset_service
 from app.services import fits, jobs, ledger, quarantine
 from app.services import measurements as measurement_service
@@ -222,7 +223,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         missing = [a for a in attrs if a not in data]
         if missing:
             data.update(columns(missing))
-        return measurement_service.true_marginal(data, domain, attrs)
+        return column_service.true_marginal(data, domain, attrs)
 
     with worker.database.read_only() as session:
         completed = stored_rounds(session, job.id)

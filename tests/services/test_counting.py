@@ -15,7 +15,7 @@ from app.config import Settings
 from app.db import Database
 from app.pgm.domain import Domain
 from app.services import datasets as dataset_service
-from app.services import measurements as measurement_service
+from app.services.columns import ColumnCache, true_marginal
 from app.worker import Worker
 
 
@@ -41,7 +41,7 @@ def test_vectorised_counting_equals_a_plain_count(attrs: tuple[str, ...]) -> Non
         "c": np.zeros(rows, dtype=np.uint8),  # a value never seen (1) must count 0
         "d": rng.integers(0, 300, rows).astype(np.uint16),
     }
-    counted = measurement_service.true_marginal(columns, domain, attrs)
+    counted = true_marginal(columns, domain, attrs)
     assert counted.dtype == np.int64 and counted.size == domain.cells(attrs)
     np.testing.assert_array_equal(counted, plain_count(columns, domain, attrs))
     assert counted.sum() == rows
@@ -59,7 +59,7 @@ def test_the_column_cache_loads_only_what_is_asked_and_not_cached(
         return real_load(session, dataset_id, attributes)
 
     monkeypatch.setattr(dataset_service, "load_columns", spy)
-    cache = measurement_service.ColumnCache()
+    cache = ColumnCache()
     with database.read_only() as session:
         first = cache.get(session, dataset["id"], ["sex", "race", "sex"])
         second = cache.get(session, dataset["id"], ["race", "age"])
@@ -67,7 +67,7 @@ def test_the_column_cache_loads_only_what_is_asked_and_not_cached(
     assert asked == [["race", "sex"], ["age"]]
     assert second["race"] is first["race"]
     # A cache too small for a column still answers, without keeping it.
-    tiny = measurement_service.ColumnCache(max_bytes=1)
+    tiny = ColumnCache(max_bytes=1)
     with database.read_only() as session:
         assert tiny.get(session, dataset["id"], ["age"])["age"].size == 300
         tiny.get(session, dataset["id"], ["age"])
