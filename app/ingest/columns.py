@@ -70,13 +70,11 @@ class ColumnEncoder:
         self.dtype = code_dtype(self.size)
         self._memo: _Memo | None = None
         if attribute.kind == "categorical":
-            assert attribute.values is not None
-            self._lookup = StrippingLookup(attribute.values)
+            self._lookup = StrippingLookup(attribute.categories)
         else:
             self._memo = _Memo()
         if attribute.kind == "numeric":
-            assert attribute.bins is not None
-            self._edges = np.asarray(attribute.bins, dtype=np.float64)
+            self._edges = np.asarray(attribute.edges, dtype=np.float64)
 
     def encode(self, cells: tuple[str, ...]) -> np.ndarray:
         """int64 codes, -1 where the cell is outside the schema."""

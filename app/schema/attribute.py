@@ -40,6 +40,20 @@ class Attribute:
     clip: bool = False
     integer_size: int | None = None
 
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """A categorical attribute's values, in code order."""
+        if self.values is None:
+            raise SchemaError(f"attribute {self.name!r} is {self.kind}, not categorical")
+        return self.values
+
+    @property
+    def edges(self) -> tuple[float, ...]:
+        """A numeric attribute's bin edges."""
+        if self.bins is None:
+            raise SchemaError(f"attribute {self.name!r} is {self.kind}, not numeric")
+        return self.bins
+
     # -- construction -------------------------------------------------------------
 
     @classmethod
@@ -144,22 +158,19 @@ class Attribute:
     def size(self) -> int:
         """Number of codes (cells along this attribute's axis)."""
         if self.kind == "categorical":
-            assert self.values is not None
-            return len(self.values)
+            return len(self.categories)
         if self.kind == "numeric":
-            assert self.bins is not None
-            return len(self.bins) - 1
-        assert self.integer_size is not None
+            return len(self.edges) - 1
+        if self.integer_size is None:
+            raise SchemaError(f"attribute {self.name!r} has no size")
         return int(self.integer_size)
 
     def labels(self) -> list[str]:
         """One label per code: the value, the bin "[lo, hi)" (last "[lo, hi]"), or "i"."""
         if self.kind == "categorical":
-            assert self.values is not None
-            return list(self.values)
+            return list(self.categories)
         if self.kind == "numeric":
-            assert self.bins is not None
-            edges = [format_number(e) for e in self.bins]
+            edges = [format_number(e) for e in self.edges]
             labels = [f"[{edges[i]}, {edges[i + 1]})" for i in range(len(edges) - 1)]
             labels[-1] = labels[-1][:-1] + "]"
             return labels
@@ -261,8 +272,7 @@ class Attribute:
         if self.kind == "integer":
             codes = np.arange(self.size, dtype=np.int64)
             return codes[(codes >= lo) & (codes < hi)]
-        assert self.bins is not None
-        edges = self.bins
+        edges = self.edges
         first, last = edges[0], edges[-1]
         # A bound cuts a bin when it lies strictly inside one; lt == e_k cuts the
         # closed last bin (it holds the value e_k itself).

@@ -116,7 +116,8 @@ def _utc(value: Any) -> datetime | None:
         return None
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
+    if not isinstance(value, datetime):
+        raise TypeError(f"a timestamp column returned {type(value).__name__}")
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
@@ -127,7 +128,8 @@ def match_on(engine: Engine, key_hash: str) -> KeyMatch | None:
         return None
     key_id, revoked_at, last_used_at, tenant_id, name, created_at, disabled_at = row
     created = _utc(created_at)
-    assert created is not None
+    if created is None:  # the column is NOT NULL
+        raise TypeError("a tenant without a creation time")
     return KeyMatch(
         key_id=str(key_id),
         revoked=revoked_at is not None,

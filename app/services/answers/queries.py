@@ -72,9 +72,8 @@ class PreparedQuery:
 def _cdf_labels(attribute: Attribute) -> list[str]:
     """Row k of a CDF counts codes 0..k: say which values that is."""
     if attribute.kind == "numeric":
-        assert attribute.bins is not None
-        labels = [f"< {format_number(e)}" for e in attribute.bins[1:]]
-        labels[-1] = f"<= {format_number(attribute.bins[-1])}"
+        labels = [f"< {format_number(e)}" for e in attribute.edges[1:]]
+        labels[-1] = f"<= {format_number(attribute.edges[-1])}"
         return labels
     return [f"<= {label}" for label in attribute.labels()]
 
