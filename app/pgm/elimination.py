@@ -257,19 +257,20 @@ def plan_elimination(
     total = 0
     eliminate = [v for v in occurs if v not in keep_set]
     pending = set(eliminate)
+    position = {v: k for k, v in enumerate(eliminate)}
+
+    def neighbourhood(v: Variable) -> tuple[int, int]:
+        union: set[Variable] = set()
+        for slot in occurs[v]:
+            union.update(axes[slot])
+        return compiler.cells(union), position[v]
+
+    # A variable's neighbourhood changes only when a step joins a table it is in, so
+    # only the variables of each step's tables are costed again.
+    costs = {v: neighbourhood(v) for v in eliminate}
     while pending:
-        best: tuple[int, int] | None = None
-        best_var: Variable = None
-        for position, v in enumerate(eliminate):
-            if v not in pending:
-                continue
-            union: set[Variable] = set()
-            for slot in occurs[v]:
-                union.update(axes[slot])
-            candidate = (compiler.cells(union), position)
-            if best is None or candidate < best:
-                best, best_var = candidate, v
-        assert best is not None
+        best = min(costs[v] for v in pending)
+        best_var = eliminate[best[1]]
         involved = sorted(occurs[best_var])
         involved_set = set(involved)
         union_vars = {v for slot in involved for v in axes[slot]}
@@ -296,6 +297,9 @@ def plan_elimination(
             order.append(v)
             del occurs[v]
         axes[slot] = result_axes
+        for v in union_vars:
+            if v in pending:
+                costs[v] = neighbourhood(v)
     width = max(width, compiler.cells(keep_t))
     if max_cells is not None and width > max_cells:
         raise InferenceTooLarge(width, max_cells)

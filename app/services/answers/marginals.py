@@ -23,6 +23,8 @@ from app.services.answers.common import (
     cell_labels,
     dumps,
     invalid,
+    labels_json,
+    numbers_json,
     too_large,
     untouched_note,
 )
@@ -166,7 +168,7 @@ def _labels_json(loaded: LoadedModel, attrs: tuple[str, ...]) -> bytes:
     if encoded is not None:
         return encoded
     label_lists = [loaded.schema.attribute(a).labels() for a in attrs]
-    encoded = dumps(cell_labels(label_lists))
+    encoded = labels_json(label_lists)
     if len(encoded) <= _LABELS_JSON_ENTRY_BYTES:
         with _labels_json_lock:
             _labels_json_cache[key] = encoded
@@ -184,7 +186,7 @@ def marginal_json(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
             b',"values":',
             _labels_json(loaded, names),
             b',"counts":',
-            dumps(counts.tolist()),
+            numbers_json(counts),
             b",",
             dumps(_marginal_details(loaded, names, counts))[1:],
         )
