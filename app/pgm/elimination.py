@@ -95,7 +95,8 @@ class EliminationPlan:
                 for slot, (permutation, shape) in zip(operands, layouts, strict=True):
                     table = slots[slot].transpose(permutation).reshape(shape)
                     product = table if product is None else product * table
-                assert product is not None
+                if product is None:
+                    raise ValueError("a broadcast step of the plan has no operands")
                 # (np.ascontiguousarray would turn a 0-d answer into shape (1,).)
                 slots.append(product if product.flags.c_contiguous else product.copy())
         return slots[self.result]
@@ -191,15 +192,11 @@ class _Compiler:
             return pending[0] if result == axes else self.einsum(pending, result)
         while len(pending) > 1:
             # Join the pair with the smallest joint table first.
-            best: tuple[int, int, int] | None = None
-            for i in range(len(pending)):
-                for j in range(i + 1, len(pending)):
-                    joint = set(pending[i][1]) | set(pending[j][1])
-                    candidate = (self.cells(joint), i, j)
-                    if best is None or candidate < best:
-                        best = candidate
-            assert best is not None
-            _, i, j = best
+            _, i, j = min(
+                (self.cells(set(pending[i][1]) | set(pending[j][1])), i, j)
+                for i in range(len(pending))
+                for j in range(i + 1, len(pending))
+            )
             others = [item for k, item in enumerate(pending) if k not in (i, j)]
             still = set(needed).union(*(set(axes) for _, axes in others))
             pending = [*others, self.pair(pending[i], pending[j], still)]

@@ -93,7 +93,8 @@ class GraphicalModel:
     def log_partition(self) -> float:
         """log Z of exp(Σ θ_C) (from belief propagation)."""
         log_z = self.calibrated_tree.log_z
-        assert log_z is not None
+        if log_z is None:
+            raise ModelFormatError("this model's tree was calibrated from marginals: no log Z")
         return log_z
 
     def plan(self, attrs: Iterable[str], *, max_cells: int | None = None) -> TreePlan:

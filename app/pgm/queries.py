@@ -334,7 +334,8 @@ def answer_queries(
             for offset, index in enumerate(part):
                 answers[index] = result[offset]
     complete = [a for a in answers if a is not None]
-    assert len(complete) == len(answers), "every query was answered"
+    if len(complete) != len(answers):
+        raise QueryError("a query of the batch was left unanswered")
     return complete
 
 

@@ -55,7 +55,8 @@ def aim_schedule(domain: Domain, rho: float, options: MechanismOptions) -> tuple
 
 def _anneal(run: MechanismRun, last: Round) -> bool:
     """AIM's test: did measuring `last` move the model's answer by less than the noise?"""
-    assert last.estimate_before is not None
+    if last.estimate_before is None:
+        raise RoundsMismatch(f"round {last.index} has no estimate before it: cannot anneal")
     after = run.estimate(last.attributes)
     change = float(np.abs(after - last.estimate_before).sum())
     return change <= SQRT_2_OVER_PI * last.sigma * last.values.size

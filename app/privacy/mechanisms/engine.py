@@ -43,6 +43,10 @@ from app.privacy.mechanisms.workload import covered_by
 TrueMarginal = Callable[[Attrs], np.ndarray]
 
 
+class MechanismStateError(RuntimeError):
+    """A run's state breaks the engine's own protocol: a bug, never the caller's input."""
+
+
 @dataclass(frozen=True)
 class MechanismOptions:
     """Knobs of a run. Everything here must be the same when a run is resumed."""
@@ -302,7 +306,8 @@ class MechanismRun:
         noisy = noise.discrete_gaussian(self.truth(attrs), sigma)
         selection_record = None
         if selection_info is not None:
-            assert estimate_before is not None
+            if estimate_before is None:
+                raise MechanismStateError("a selected round needs the model's estimate before it")
             selection_record = Selection(
                 error_before=float(np.abs(noisy - estimate_before).sum()), **selection_info
             )
@@ -339,7 +344,8 @@ class MechanismRun:
         weights; 1 for MWEM, the default).
         """
         self.refit(final=True)
-        assert self.model is not None and self.fit_record is not None
+        if self.model is None or self.fit_record is None:
+            raise MechanismStateError("the final fit left no model")
         used = self.ledger.used
         if used > self.ledger.charged * (1.0 + LEDGER_RTOL):
             raise BudgetOverspent(
