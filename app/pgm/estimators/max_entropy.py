@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.pgm.belief_propagation import LOG_ZERO
+from app.pgm.belief_propagation import LOG_ZERO, IncrementalCalibration
 from app.pgm.estimators import FitRun
 from app.pgm.model import GraphicalModel
 from app.pgm.problem import PROBABILITY_FLOOR, potentials_from_marginals
@@ -43,8 +43,8 @@ def maximum_entropy(run: FitRun, p: np.ndarray, max_sweeps: int = 100) -> Graphi
         log_targets.append(np.log(np.maximum(target, PROBABILITY_FLOOR)))
     # Sets in one clique are fitted one after the other from that clique's marginal
     # alone: multiplying exp(θ_k) by a function of the clique's own attributes multiplies
-    # the clique's marginal by the same function (then renormalises it), so one belief
-    # propagation per clique and sweep is enough, not one per measured set.
+    # the clique's marginal by the same function (then renormalises it), so one marginal
+    # per clique and sweep is enough, not one per measured set.
     groups: dict[int, list[tuple[tuple[int, ...], np.ndarray, np.ndarray]]] = {}
     for (k, axes), target, log_target in zip(
         problem.measured_sets, targets, log_targets, strict=True
@@ -52,16 +52,21 @@ def maximum_entropy(run: FitRun, p: np.ndarray, max_sweeps: int = 100) -> Graphi
         groups.setdefault(k, []).append((axes, target, log_target))
     theta = np.zeros(problem.n)
     thetas = problem.split(theta)
+    # One clique's θ changes per step, so only the messages leaving it go stale: walking
+    # the cliques depth-first recomputes about one message a step, not a whole
+    # calibration (the limit, the I-projection of the uniform model, is the same in any
+    # order).
+    calibration = IncrementalCalibration(problem.plan, thetas)
+    order = [k for k in calibration.walk() if k in groups]
     for sweep in range(1, max_sweeps + 1):
         worst = 0.0
-        for k, members in groups.items():
-            beliefs, log_z = problem.plan.run(thetas)
-            marginal = np.exp(beliefs[k] - log_z)
-            for axes, target, log_target in members:
+        for k in order:
+            marginal = calibration.marginal(k)
+            for axes, target, log_target in groups[k]:
                 current = marginal.sum(axis=axes, keepdims=True)
                 worst = max(worst, float(np.abs(current - target).max()))
                 step = log_target - np.log(np.maximum(current, PROBABILITY_FLOOR))
-                thetas[k] += step
+                calibration.add(k, step)
                 marginal = marginal * np.exp(step)
                 marginal /= marginal.sum()
         run.entropy_sweeps = sweep
