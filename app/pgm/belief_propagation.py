@@ -240,4 +240,5 @@ class IncrementalCalibration:
             belief = belief + self._message(n, k)
         peak = belief.max()
         table: np.ndarray = np.exp(belief - peak)
-        return table / table.sum()
+        table /= table.sum()
+        return table
