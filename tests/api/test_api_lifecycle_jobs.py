@@ -107,3 +107,98 @@ def test_the_admin_may_cancel_any_job(client, api) -> None:
     response = client.post(f"/v1/jobs/{job_id}/cancel", headers=ADMIN_HEADERS)
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert ledger_lines(client, dataset["id"])[-1] == ("refund", "-0.5", job_id)
+
+
+class PausingWorker:
+    """A worker, in a thread of its own, that stops after its job's second MWEM round is
+    measured and waits there (its job `running`) until the test lets it go on."""
+
+    def __init__(self, database, settings) -> None:
+        import threading
+
+        from app.worker import Worker
+
+        self.reached, self.resume = threading.Event(), threading.Event()
+        pause = self
+
+        class Paused(Worker):
+            def progress(self, job, update) -> None:
+                super().progress(job, update)
+                if (
+                    not pause.reached.is_set()
+                    and str(update.get("stage", "")).startswith("round measured")
+                    and int(update.get("rounds_done", 0)) >= 2
+                ):
+                    pause.reached.set()
+                    if not pause.resume.wait(timeout=30):
+                        raise TimeoutError("the test never let the worker go on")
+
+        self.worker = Paused(database, settings, poll_seconds=0.01)
+        self.thread = threading.Thread(target=self.worker.run_once, daemon=True)
+
+    def __enter__(self) -> PausingWorker:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.resume.set()
+        self.thread.join(timeout=60)
+
+
+def test_cancelling_a_running_job_over_http_refunds_exactly_its_unused_rho(
+    client, api, database, settings
+) -> None:
+    from fractions import Fraction
+    from math import ceil
+
+    from app.privacy.mechanisms.budget import exact_round_cost
+    from app.services.rho import UNITS_PER_RHO, units_to_decimal_str
+
+    alice, dataset = api.tenant_with_grant(1)
+    bob = api.create_tenant()
+    api.grant(dataset["id"], bob["id"], 1)  # Bob may use the dataset, not Alice's job
+    accepted = client.post(
+        f"/v1/datasets/{dataset['id']}/mechanisms/mwem",
+        json={"rho": 0.4, "workload": [["sex", "age"], ["sex"], ["age"]], "rounds": 6},
+        headers=alice["headers"],
+    )
+    assert accepted.status_code == 202, accepted.text
+    job_id = accepted.json()["job_id"]
+    cancel_url = f"/v1/jobs/{job_id}/cancel"
+
+    with PausingWorker(database, settings) as paused:
+        assert paused.reached.wait(timeout=30), "the worker never reached round 2"
+        assert client.post(cancel_url, headers=bob["headers"]).status_code == 404
+        response = client.post(cancel_url, headers=alice["headers"])
+        assert response.status_code == 200, response.text
+        body = response.json()
+        # Asked, not yet done: the job runs on to its next safe point.
+        assert body["id"] == job_id and body["status"] == "running"
+        assert body["cancel_requested_at"] and body["finished_at"] is None
+        assert ledger_lines(client, dataset["id"]) == [("charge", "0.4", job_id)]
+    assert not paused.thread.is_alive()
+
+    job = client.get(f"/v1/jobs/{job_id}", headers=alice["headers"]).json()
+    assert job["status"] == "cancelled" and job["finished_at"], job
+    assert job["cancel_requested_at"] == body["cancel_requested_at"]
+    # The rounds it drew are releases (listed, charged); the rest comes back exactly.
+    measured = client.get(
+        f"/v1/datasets/{dataset['id']}/measurements", headers=alice["headers"]
+    ).json()
+    rounds = [m for m in measured if m["job_id"] == job_id]
+    assert 2 <= len(rounds) < 6
+    costs = [exact_round_cost(m["sigma"], (m["details"] or {}).get("epsilon", 0.0)) for m in rounds]
+    used = sum(costs, Fraction(0))
+    used_units = ceil(used * UNITS_PER_RHO)
+    refund = units_to_decimal_str(400_000_000_000 - used_units)
+    assert ledger_lines(client, dataset["id"]) == [
+        ("charge", "0.4", job_id),
+        ("refund", f"-{refund}", job_id),
+    ]
+    budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=alice["headers"]).json()
+    assert budget["rho_spent_exact"] == units_to_decimal_str(used_units)
+    # Finished now: Bob still cannot see it; Alice's second cancel changes nothing.
+    assert client.post(cancel_url, headers=bob["headers"]).status_code == 404
+    again = client.post(cancel_url, headers=alice["headers"])
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    assert len(ledger_lines(client, dataset["id"])) == 2
