@@ -1,9 +1,11 @@
 """Structured logging: one JSON object per line on stderr for the `privq` loggers.
 
 Request logs carry method, route template, status and duration — never bodies,
-query strings or anything else a client sent. Tracebacks keep their frames but not the
-messages of database errors: those can quote a statement's values (PostgreSQL's
-"Failing row contains (…)"), which may be private — a dataset's row count, counts.
+query strings or anything else a client sent. Tracebacks keep their frames (file, line,
+function, source line: code, not data) but only the messages the project writes itself,
+those of `PrivqError`s. Any other exception's message can quote data — numpy's "cannot
+reshape array of size 48842 …" (a row count), a `ValueError` naming a raw value,
+PostgreSQL's "Failing row contains (…)" — so it is logged as its type alone.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 import traceback
 from types import TracebackType
 from typing import Any
+
+from app.errors import PrivqError
 
 # LogRecord attributes that are not extra fields given by the caller.
 _STANDARD_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
@@ -50,14 +54,28 @@ def _is_database_error(error: BaseException) -> bool:
     return module.startswith(("sqlalchemy", "psycopg", "sqlite3", "_sqlite3"))
 
 
+def _type_name(error: BaseException) -> str:
+    """The exception's type as `traceback` names it: builtins bare, others by module."""
+    kind = type(error)
+    if kind.__module__ in ("builtins", "__main__"):
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 def _redacted_message(error: BaseException) -> str:
-    sqlstate = getattr(getattr(error, "orig", error), "sqlstate", None)
+    """The exception's last line without its message (nor its notes): only its type,
+    and a database error's SQLSTATE, which names the kind of failure and no value."""
+    sqlstate = None
+    if _is_database_error(error):
+        sqlstate = getattr(getattr(error, "orig", error), "sqlstate", None)
     code = f", SQLSTATE {sqlstate}" if sqlstate else ""
-    return f"{type(error).__module__}.{type(error).__qualname__}: (message withheld{code})"
+    return f"{_type_name(error)}: (message withheld: may quote data{code})"
 
 
 def format_exception_redacted(error: BaseException | None, tb: TracebackType | None = None) -> str:
-    """A traceback like `traceback.format_exception`'s, with database errors' messages withheld."""
+    """A traceback like `traceback.format_exception`'s, frames and chained exceptions
+    included, in which only `PrivqError`s keep their message: any other exception's is
+    withheld (it may quote data), leaving its type name."""
     if error is None:
         return ""
     chain: list[tuple[BaseException, str | None]] = []
@@ -86,10 +104,10 @@ def format_exception_redacted(error: BaseException | None, tb: TracebackType | N
         if frames is not None:
             parts.append("Traceback (most recent call last):\n")
             parts.extend(traceback.format_tb(frames))
-        if _is_database_error(item):
-            parts.append(_redacted_message(item) + "\n")
-        else:
+        if isinstance(item, PrivqError):  # messages we write ourselves, never data
             parts.extend(traceback.format_exception_only(type(item), item))
+        else:
+            parts.append(_redacted_message(item) + "\n")
     return "".join(parts).rstrip("\n")
 
 

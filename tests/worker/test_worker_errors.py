@@ -4,11 +4,13 @@ A `PrivqError` below 500 is the job's own problem: the job fails with its messag
 other exception — a `ValueError` from deep inside numpy included — is a bug: its
 traceback goes to the log, and the job's error (which the tenant reads) names only
 the kind of failure and the stage, never the exception's text, which may quote
-private values such as a row count.
+private values such as a row count; nor does the log line, whose traceback keeps its
+frames but withholds the message of any exception that is not a `PrivqError`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -19,6 +21,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.db import Database, LedgerEntry
 from app.errors import InvalidRequest
+from app.logs import JsonFormatter
 from app.services import measurements as measurement_service
 from app.worker import Worker
 
@@ -63,7 +66,13 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_quoted_nowhere(
     assert SECRET_ROWS not in job.error
     failures = [r for r in caplog.records if r.getMessage() == "job failed on an internal error"]
     assert len(failures) == 1 and failures[0].exc_info is not None
-    assert all(SECRET_ROWS not in r.getMessage() for r in caplog.records)
+    # What the log handler writes: the JSON line with its traceback, not just the message.
+    lines = [JsonFormatter().format(r) for r in caplog.records]
+    assert all(SECRET_ROWS not in line for line in lines)
+    traceback = json.loads(JsonFormatter().format(failures[0]))["exc"]
+    assert "Traceback (most recent call last)" in traceback
+    assert "in broken" in traceback and "in run_measurement" in traceback
+    assert traceback.endswith("ValueError: (message withheld: may quote data)")
     assert net_units(database, job_id) == 0  # nothing was drawn: all refunded
 
 
