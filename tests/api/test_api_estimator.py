@@ -1,5 +1,6 @@
 """The dataset's estimator over HTTP: PATCH (admin; 404/403/422), the refit job that spends
-nothing, and GET /model naming the estimator of each version — on both backends."""
+nothing, GET /model naming the estimator of each version, and a cgm-em refit running EM
+after the solver (its iterations in GET /model) — on both backends."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from test_api_answers import SCHEMA, _csv
 
 from app.config import Settings
 from app.db import Database, Job, LedgerEntry
+from app.pgm import cgm
+from app.pgm.estimators import FitRun
+from app.pgm.model import GraphicalModel
 from app.services import models as model_service
 from app.worker import Worker
 
@@ -186,3 +190,51 @@ def test_a_cancelled_refit_refunds_nothing_and_fits_nothing(
     assert run_jobs(database, settings) == 0
     assert _model(client, dataset_id, headers)["version"] == version_before
     assert ledger_lines(database, dataset_id) == ledger_before
+
+
+def test_a_cgm_em_refit_runs_em_after_the_solver_and_the_model_counts_its_iterations(
+    api: ApiHelper,
+    client: TestClient,
+    database: Database,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker runs in this process: a spy on `cgm.refine` sees which fits take EM."""
+    calls: list[tuple[int, int]] = []  # (the run's iterations before EM, after EM)
+    refine = cgm.refine
+
+    def spy(run: FitRun, model: GraphicalModel) -> GraphicalModel:
+        before = len(run.losses)
+        refined = refine(run, model)
+        calls.append((before, len(run.losses)))
+        return refined
+
+    monkeypatch.setattr(cgm, "refine", spy)
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(_csv(400, seed=5), SCHEMA, name=unique_name("cgm-em-spy"))
+    dataset_id, headers = dataset["id"], tenant["headers"]
+    api.grant(dataset_id, tenant["id"], 2.0)
+    response = client.post(
+        f"/v1/datasets/{dataset_id}/measurements",
+        json={"marginals": LAPLACE_MARGINALS, "noise": "laplace", "rho": 0.5},
+        headers=headers,
+    )
+    assert response.status_code == 202, response.text
+    assert run_jobs(database, settings) == 1
+    assert _model(client, dataset_id, headers)["estimator"] == "mle"
+    assert calls == []  # mle: the solver's optimum, no EM
+
+    assert _patch(client, dataset_id, {"estimator": "cgm-em"}).status_code == 200
+    assert run_jobs(database, settings) == 1
+    after = _model(client, dataset_id, headers)
+    assert after["estimator"] == "cgm-em"
+    assert len(calls) == 1
+    solver_iterations, total_iterations = calls[0]
+    # EM ran at least one iteration after the solver's, and the stored figure counts both.
+    assert total_iterations > solver_iterations >= 1
+    assert after["iterations"] == total_iterations
+
+    assert _patch(client, dataset_id, {"estimator": "mle"}).status_code == 200
+    assert run_jobs(database, settings) == 1
+    assert _model(client, dataset_id, headers)["estimator"] == "mle"
+    assert len(calls) == 1  # back to mle: no EM

@@ -1,6 +1,7 @@
 """CGM-EM: the MAP E-step against a generic convex solver, EM against brute-force EM,
-monotone loss, recovery without noise, fixed points = the mle optimum, and the selection
-among equally likely Laplace solutions."""
+monotone loss, recovery without noise, fixed points = the mle optimum, the selection
+among equally likely Laplace solutions, and `fit(estimator="cgm-em")` running EM after
+the solver (its iterations recorded, its result an EM fixed point, `refine` called once)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import scipy.optimize as so
 import scipy.sparse as sp
 
+from app.pgm import cgm
 from app.pgm.cgm import ESTIMATOR, LatentProblem, expectation_maximisation
 from app.pgm.cgm_map import map_marginals
 from app.pgm.cgm_starts import fit_from_start, gaussian_approximation
@@ -326,3 +328,64 @@ def test_warm_start_and_callback() -> None:
     assert isinstance(model, GraphicalModel)
     again, _ = fit(domain, measurements, estimator=ESTIMATOR, warm_start=model)
     assert np.abs(again.probabilities(("a", "b")) - model.probabilities(("a", "b"))).max() < 1e-3
+
+
+@pytest.mark.parametrize("solver", ["admm", "mirror_descent"])
+def test_a_cgm_em_fit_runs_em_after_the_solver_and_ends_at_an_em_fixed_point(
+    solver: str,
+) -> None:
+    """Capped at 5 iterations, the solver stops short of the optimum; cgm-em's EM goes on.
+
+    The record is the solver's trace (the same as mle's) followed by EM's, the one
+    `expectation_maximisation` runs from mle's model under the same cap and tolerance; the
+    model is a fixed point of the EM map, at the optimum's loss.
+    """
+    domain, measurements = _noisy_cycle(6, scale=5.0)
+    latent = _latent(domain, measurements)
+    _, optimum = fit(domain, measurements, tolerance=1e-10, max_iterations=20000)
+    mle, mle_record = fit(domain, measurements, solver=solver, max_iterations=5)
+    model, record = fit(domain, measurements, solver=solver, estimator=ESTIMATOR, max_iterations=5)
+    assert record.estimator == ESTIMATOR and record.solver == solver
+    solver_iterations = mle_record.iterations
+    assert record.iterations > solver_iterations
+    assert record.losses[:solver_iterations] == mle_record.losses
+    em = expectation_maximisation(latent, latent.problem.warm_theta(mle), max_iterations=5)
+    assert record.iterations == solver_iterations + len(em.losses) - 1
+    assert record.losses[solver_iterations:] == pytest.approx(em.losses[1:], rel=1e-9)
+    assert record.converged == em.converged
+    assert record.converged
+    # EM only lowers the loss, here down to the optimum's.
+    assert record.final_loss <= mle_record.final_loss * (1 + 1e-9)
+    assert record.final_loss == pytest.approx(optimum.final_loss, rel=1e-6)
+    # A fixed point of the EM map: one more E-step (the M-step takes its marginals as the
+    # model) moves no marginal by more than the tolerance, nor lowers the loss.
+    theta = latent.problem.warm_theta(model)
+    marginals = latent.log_partition_and_marginals(theta)[1]
+    step = map_marginals(latent, theta)
+    assert np.abs(step.marginals - marginals).max() <= 1e-6
+    assert latent.loss(step.marginals) >= latent.loss(marginals) * (1 - 1e-6)
+
+
+def test_fit_calls_refine_once_for_cgm_em_from_the_solvers_model_and_never_for_mle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[int, GraphicalModel, list[float]]] = []
+    refine = cgm.refine
+
+    def spy(run, model: GraphicalModel) -> GraphicalModel:
+        calls.append((len(run.losses), model, run.losses))
+        return refine(run, model)
+
+    monkeypatch.setattr(cgm, "refine", spy)
+    domain, measurements = _noisy_cycle(9, scale=5.0, records=1000)
+    mle, mle_record = fit(domain, measurements)
+    assert calls == []
+    model, record = fit(domain, measurements, estimator=ESTIMATOR)
+    assert len(calls) == 1
+    reported, start, losses = calls[0]
+    # refine starts from the solver's model (mle's), after the solver's iterations, and
+    # adds its own to the same run, which is what the record holds.
+    assert reported == mle_record.iterations
+    assert np.array_equal(start.probabilities(("a", "b")), mle.probabilities(("a", "b")))
+    assert losses is record.losses and record.iterations == len(losses) > reported
+    assert isinstance(model, GraphicalModel)
