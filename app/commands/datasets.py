@@ -1,4 +1,5 @@
-"""`privq datasets list|show|upload|purge-records|delete`: the curator's tables."""
+"""`privq datasets list|show|upload|set-estimator|purge-records|delete`: the curator's
+tables."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from sqlalchemy.orm import Session
 from app.api.schemas import DatasetOut
 from app.commands.output import Done, Listing, Record, action
 from app.config import get_settings
+from app.pgm.estimation import ESTIMATOR_NAMES
 from app.services import datasets as dataset_service
+from app.services import refits
 from app.services.rho import rho_units
 
 DATASET_COLUMNS = ("id", "name", "rows", "rho_total", "created_at")
@@ -45,6 +48,20 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
 
 
+def set_estimator(args: argparse.Namespace, session: Session) -> Record:
+    """As PATCH /v1/datasets/{id} {"estimator"}: a changed estimator over measured data
+    queues a refit job (same measurements, no noise, no budget)."""
+    change = refits.set_estimator(session, args.dataset_id, args.estimator)
+    out = DatasetOut.of(change.dataset, for_admin=True)
+    out.refit_job_id = change.job.id if change.job is not None else None
+    note = (
+        f"refit job {out.refit_job_id} queued: the next model version, no budget spent"
+        if out.refit_job_id
+        else "no refit: the estimator did not change or nothing is measured yet"
+    )
+    return Record(out, note=note, hidden=("attributes",))
+
+
 def purge_records(args: argparse.Namespace, session: Session) -> Done:
     dataset_service.purge_records(session, args.dataset_id)
     return Done(
@@ -76,6 +93,16 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     upload.add_argument("--schema", required=True, help="the schema's JSON file")
     upload.add_argument("--name", required=True)
     upload.add_argument("--rho-total", default=None, help="cap on all grants together")
+    estimator = action(
+        actions,
+        "set-estimator",
+        set_estimator,
+        "choose how the model is fitted; refits from the same measurements, free",
+        "dataset_id",
+    )
+    estimator.add_argument(
+        "estimator", choices=ESTIMATOR_NAMES, help="mle (default) or cgm-em (Laplace EM)"
+    )
     action(
         actions,
         "purge-records",

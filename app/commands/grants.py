@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 from app.api.schemas import GrantOut
 from app.commands.output import Done, Listing, Record, action
 from app.db import Grant
+from app.errors import InvalidRequest
 from app.services import grants as grant_service
-from app.services.rho import rho_units
+from app.services.rho import rho_units, rho_units_from_epsilon
 
 GRANT_COLUMNS = ("id", "tenant_id", "rho_limit_exact", "rho_spent_exact", "rho_remaining_exact")
 
@@ -36,12 +37,26 @@ def list_grants(args: argparse.Namespace, session: Session) -> Listing:
     )
 
 
+def limit_units(args: argparse.Namespace) -> int:
+    """The limit in ledger units: `rho`, or `--epsilon` with `--delta` converted as the
+    HTTP API converts them (the largest ρ within ε at δ); both rounded down."""
+    if (args.epsilon is None) != (args.delta is None):
+        raise InvalidRequest("--epsilon and --delta go together: give both", field="epsilon")
+    if args.rho is not None and args.epsilon is not None:
+        raise InvalidRequest("give rho or --epsilon with --delta, not both", field="rho")
+    if args.epsilon is not None:
+        return rho_units_from_epsilon(args.epsilon, args.delta)
+    if args.rho is None:
+        raise InvalidRequest("give rho, or --epsilon with --delta", field="rho")
+    return rho_units(args.rho, rounding="down")
+
+
 def create_grant(args: argparse.Namespace, session: Session) -> Record:
     grant = grant_service.create_grant(
         session,
         dataset_id=args.dataset_id,
         tenant_id=args.tenant_id,
-        rho_units=rho_units(args.rho, rounding="down"),
+        rho_units=limit_units(args),
     )
     return Record(_out(session, grant))
 
@@ -51,7 +66,7 @@ def set_grant(args: argparse.Namespace, session: Session) -> Record:
         session,
         dataset_id=args.dataset_id,
         grant_id=args.grant_id,
-        rho_units=rho_units(args.rho, rounding="down"),
+        rho_units=limit_units(args),
     )
     return Record(_out(session, grant))
 
@@ -62,6 +77,15 @@ def revoke_grant(args: argparse.Namespace, session: Session) -> Done:
         f"grant {args.grant_id} revoked: the tenant no longer sees the dataset; "
         "the ledger keeps its charges"
     )
+
+
+def limit_arguments(parser: argparse.ArgumentParser, rho_help: str) -> None:
+    """The limit: a ρ (positional), or `--epsilon E --delta D` instead."""
+    parser.add_argument("rho", nargs="?", default=None, help=rho_help)
+    parser.add_argument(
+        "--epsilon", type=float, default=None, help="instead of rho: ε at --delta, converted to ρ"
+    )
+    parser.add_argument("--delta", type=float, default=None, help="the δ of --epsilon")
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -75,24 +99,24 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "dataset_id",
         paged=True,
     )
-    action(
+    create = action(
         actions,
         "create",
         create_grant,
-        "give a tenant a ρ limit on a dataset",
+        "give a tenant a ρ limit (or ε at δ) on a dataset",
         "dataset_id",
         "tenant_id",
-        ("rho", "the limit, e.g. 0.5 (rounded down to the ledger's 1e-12)"),
     )
-    action(
+    limit_arguments(create, "the limit, e.g. 0.5 (rounded down to the ledger's 1e-12)")
+    set_ = action(
         actions,
         "set",
         set_grant,
         "top up or lower a grant (never below spent)",
         "dataset_id",
         "grant_id",
-        ("rho", "the new limit"),
     )
+    limit_arguments(set_, "the new limit")
     action(
         actions,
         "revoke",

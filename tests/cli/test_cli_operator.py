@@ -176,3 +176,94 @@ def test_lifecycle_commands(env_database, tmp_path, capsys) -> None:
     assert run_json(capsys, "datasets", "delete", dataset["id"])["ok"] is True
     assert "not found" in refused(capsys, "datasets", "show", dataset["id"])
     assert "not found" in refused(capsys, "jobs", "cancel", "no-such-job")
+
+
+def upload_tiny(capsys, tmp_path, name: str) -> dict[str, Any]:
+    csv = tmp_path / "tiny.csv"
+    csv.write_text(TINY_CSV)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(TINY_SCHEMA))
+    return run_json(  # type: ignore[no-any-return]
+        capsys, "datasets", "upload", str(csv), "--schema", str(schema), "--name", name
+    )
+
+
+def test_grants_take_epsilon_and_delta_instead_of_rho(env_database, tmp_path, capsys) -> None:
+    from app.services.rho import rho_units_from_epsilon, units_to_decimal_str
+
+    tenant = run_json(capsys, "tenants", "create", "eps")
+    dataset = upload_tiny(capsys, tmp_path, "eps")
+    grant = run_json(
+        capsys, "grants", "create", dataset["id"], tenant["id"], "--epsilon", "1", "--delta", "1e-6"
+    )
+    # Converted as over HTTP: the largest ρ (to the ledger unit) within ε = 1 at δ = 1e-6.
+    assert grant["rho_limit_exact"] == units_to_decimal_str(rho_units_from_epsilon(1.0, 1e-6))
+    assert 0.02 < float(grant["rho_limit_exact"]) < 0.03
+    raised = run_json(
+        capsys, "grants", "set", dataset["id"], grant["id"], "--epsilon", "3", "--delta", "1e-6"
+    )
+    assert raised["rho_limit_exact"] == units_to_decimal_str(rho_units_from_epsilon(3.0, 1e-6))
+    assert float(raised["rho_limit_exact"]) > float(grant["rho_limit_exact"])
+
+    set_ = ("grants", "set", dataset["id"], grant["id"])
+    assert "not both" in refused(capsys, *set_, "0.5", "--epsilon", "1", "--delta", "1e-6")
+    assert "give rho" in refused(capsys, *set_)
+    assert "together" in refused(capsys, *set_, "--epsilon", "1")
+    assert "delta" in refused(capsys, *set_, "--epsilon", "1", "--delta", "2")
+    assert "invalid float" in refused(capsys, *set_, "--epsilon", "lots", "--delta", "1e-6")
+    # Nothing refused changed the limit.
+    listed = run_json(capsys, "grants", "list", dataset["id"])
+    assert [g["rho_limit_exact"] for g in listed] == [raised["rho_limit_exact"]]
+
+
+def test_datasets_set_estimator_queues_a_free_refit(env_database, tmp_path, capsys) -> None:
+    from conftest import ADMIN_KEY, bearer
+    from fastapi.testclient import TestClient
+
+    from app.api import create_app
+    from app.config import Settings
+    from app.worker import Worker
+
+    tenant = run_json(capsys, "tenants", "create", "refit")
+    dataset = upload_tiny(capsys, tmp_path, "refit")
+    assert dataset["estimator"] == "mle"
+    # Nothing measured yet: the setting changes, there is nothing to refit.
+    unmeasured = run_json(capsys, "datasets", "set-estimator", dataset["id"], "cgm-em")
+    assert (unmeasured["estimator"], unmeasured["refit_job_id"]) == ("cgm-em", None)
+    assert run_json(capsys, "datasets", "show", dataset["id"])["estimator"] == "cgm-em"
+
+    run_json(capsys, "grants", "create", dataset["id"], tenant["id"], "1")
+    settings = Settings(
+        database_url=env_database, admin_key=ADMIN_KEY, workers_in_process=0, auto_migrate=False
+    )
+    database = Database(env_database)
+    try:
+        with TestClient(create_app(settings, database=database)) as client:
+            measured = client.post(
+                f"/v1/datasets/{dataset['id']}/measurements",
+                json={"marginals": [["sex"]], "noise": "laplace", "rho": 0.25},
+                headers=bearer(tenant["api_key"]),
+            )
+            assert measured.status_code == 202, measured.text
+        assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 1
+    finally:
+        database.dispose()
+
+    changed = run_json(capsys, "datasets", "set-estimator", dataset["id"], "mle")
+    assert changed["estimator"] == "mle" and changed["refit_job_id"]
+    job = run_json(capsys, "jobs", "show", changed["refit_job_id"])
+    assert (job["kind"], job["status"], job["tenant_id"]) == ("refit", "queued", None)
+    # The refit spends nothing: the ledger holds the measurement's charge only.
+    lines = run_json(capsys, "ledger", "--dataset", dataset["id"])
+    assert [(e["kind"], e["rho_exact"]) for e in lines] == [("charge", "0.25")]
+    # The same estimator again: no second refit.
+    again = run_json(capsys, "datasets", "set-estimator", dataset["id"], "mle")
+    assert again["refit_job_id"] is None
+    capsys.readouterr()
+    assert main(["datasets", "set-estimator", dataset["id"], "cgm-em"]) == 0
+    out = capsys.readouterr().out
+    assert ["estimator", "cgm-em"] in [line.split() for line in out.splitlines()]
+    assert "(refit job " in out and "queued" in out
+
+    assert "invalid choice" in refused(capsys, "datasets", "set-estimator", dataset["id"], "ml")
+    assert "not found" in refused(capsys, "datasets", "set-estimator", "no-such", "mle")
