@@ -7,7 +7,8 @@ is a 422 naming the field and the whole range (`app.api.errors`).
 - Numbers in JSON bodies are JSON numbers: booleans, strings, NaN and ±Infinity are
   refused (`json.loads` accepts `NaN` and `Infinity`, and `1e400` becomes infinity).
   Ranges come from `app.limits`: `Rho`, `Epsilon`, `Delta`, `Sigma`, `LaplaceScale`,
-  `QueryWeight`, `Coordinate`; `NumberRange` makes more (`whole=True` for counts).
+  `QueryWeight`, `Coordinate`; `NumberRange` makes more (`whole=True` for counts);
+  `RHO_TOTAL` checks the upload form's `rho_total` (exact decimal text).
 - Text has no control characters or lone surrogates: `SafeText`, `Name` (1–200),
   `AttributeName`, `ResourceId` (path and body ids), `IdempotencyKeyText`.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
@@ -26,13 +28,17 @@ from pydantic_core import PydanticCustomError
 
 from app import limits
 
+# The longest text `check_decimal_text` reads as a number (a form field's own limit).
+MAX_DECIMAL_TEXT = 100
+
 
 @dataclass(frozen=True)
 class NumberRange:
     """The bounds of one kind of number, its 422 message and its OpenAPI constraints.
 
     Use as `Annotated[float, r.field(), BeforeValidator(r.check)]` (`r.check_text` for
-    query parameters, which arrive as text). The error names the whole range
+    query parameters, which arrive as text; `r.check_decimal_text` for a form field kept
+    as exact decimal text). The error names the whole range
     ("must be a number with 0 < rho ≤ 1e6"), whichever end was crossed.
     """
 
@@ -98,6 +104,24 @@ class NumberRange:
                 raise self._refuse("number_type") from None
         return self.check(value)
 
+    def check_decimal_text(self, value: Any) -> Any:
+        """`check` for a form field read as an exact decimal (a ρ with any number of
+        digits): the text of a finite number in range, returned as text; None or "" is
+        None (the field was left out). No "true", "nan", "inf" or exponent overflow."""
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or len(value) > MAX_DECIMAL_TEXT:
+            raise self._refuse("number_type")
+        try:
+            number = Decimal(value.strip())
+        except (InvalidOperation, ValueError):
+            raise self._refuse("number_type") from None
+        # float() of a huge exponent is inf, out of range; of a tiny one 0, out of a range
+        # that starts above 0 as a ρ's does (and finer than the ledger's unit anyway).
+        if not number.is_finite() or not self.contains(float(number)):
+            raise self._refuse("number_range")
+        return value.strip()
+
     def field(self, description: str = "", **extra: Any) -> Any:
         """The OpenAPI side: the same bounds, and the range in the description."""
         text = f"{description} Range: {self.text}.".strip()
@@ -149,6 +173,7 @@ IdempotencyKeyText = Annotated[
 ]
 
 RHO = NumberRange("rho", gt=0, le=limits.MAX_RHO)
+RHO_TOTAL = NumberRange("rho_total", gt=0, le=limits.MAX_RHO)
 EPSILON = NumberRange("epsilon", gt=0, le=limits.MAX_EPSILON)
 # δ below 1e-300 is subnormal: log(1/δ) overflows and so would ε.
 DELTA = NumberRange("delta", ge=1e-300, lt=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from conftest import (
     ADMIN_HEADERS,
     TINY_CSV,
@@ -12,6 +13,7 @@ from conftest import (
     adult_domain,
     adult_slice,
     bearer,
+    unique_name,
 )
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -19,6 +21,8 @@ from sqlalchemy import func, select
 from app.api import create_app
 from app.db import Dataset, DatasetColumn
 from app.services.datasets import load_columns
+
+RHO_TOTAL_RANGE = "0 < rho_total ≤ 1e6"
 
 
 def _dataset_count(database) -> int:
@@ -103,6 +107,48 @@ def test_bad_schema_or_form_fields_are_422(client, database) -> None:
         assert response.status_code == 422, (data, response.text)
         assert response.json()["error"]["code"]
     assert _dataset_count(database) == before
+
+
+@pytest.mark.parametrize(
+    "rho_total",
+    [
+        "abc",
+        "2.0 rho",
+        "true",
+        "nan",
+        "NaN",
+        "inf",
+        "-Infinity",
+        "0",
+        "-0",
+        "-1",
+        "1000000.000001",
+        "2e6",
+        "1e400",
+        "1e999999999",
+        pytest.param("1" * 101, id="101-digits"),
+    ],
+)
+def test_rho_total_outside_its_range_is_422_naming_field_and_range_and_stores_nothing(
+    api, database, rho_total: str
+) -> None:
+    before = _dataset_count(database)
+    name = unique_name("refused")
+    error = api.upload_dataset(name=name, rho_total=rho_total, expect=422)["error"]
+    assert error["code"] == "invalid_request"
+    assert [(f["field"], f["range"]) for f in error["fields"]] == [
+        ("body.rho_total", RHO_TOTAL_RANGE)
+    ]
+    assert "rho_total" in error["message"] and RHO_TOTAL_RANGE in error["message"]
+    assert _dataset_count(database) == before
+    listed = api.client.get("/v1/datasets", headers=ADMIN_HEADERS).json()
+    assert name not in {d["name"] for d in listed}
+
+
+def test_rho_total_at_the_ends_of_its_range_is_kept(api) -> None:
+    assert api.upload_dataset(rho_total="1e6")["rho_total"] == 1e6
+    assert api.upload_dataset(rho_total=" 0.000000000001 ")["rho_total"] == 1e-12
+    assert "rho_total" not in api.upload_dataset(rho_total="")
 
 
 def test_oversized_upload_is_413(settings, database) -> None:

@@ -7,6 +7,7 @@ import json
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Response, UploadFile, status
+from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
@@ -14,7 +15,7 @@ from app.api.deps import AdminAuth, PrincipalDep, SettingsDep
 from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
-from app.api.types import Name, ResourceId, SafeText
+from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, Name, ResourceId, SafeText
 from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
 from app.services import refits
@@ -62,10 +63,11 @@ def upload_dataset(
     _admin: AdminAuth,
     rho_total: Annotated[
         str | None,
+        BeforeValidator(RHO_TOTAL.check_decimal_text),
         Form(
-            max_length=100,
+            max_length=MAX_DECIMAL_TEXT,
             description="Optional cap on the ρ of all grants together: a number with "
-            "0 < rho_total ≤ 1e6, any number of digits (rounded down to 1e-12).",
+            f"{RHO_TOTAL.text}, any number of digits (rounded down to 1e-12).",
             examples=["2.0"],
         ),
     ] = None,
@@ -74,10 +76,10 @@ def upload_dataset(
     is stored if any value is outside the schema (the error names the column and lines)."""
     # The JSON text itself, so the parser also catches duplicate keys.
     dataset_schema = dataset_service.parse_dataset_schema(schema_text)
+    # In range already (a 422 naming the field and the range otherwise); still refused
+    # here if it rounds down to no unit at all.
     rho_total_units = (
-        None
-        if rho_total in (None, "")
-        else rho_units(rho_total, field="rho_total", rounding="down")
+        None if rho_total is None else rho_units(rho_total, field="rho_total", rounding="down")
     )
     dataset = dataset_service.create_dataset(
         session,
