@@ -10,11 +10,16 @@
   tenant, may call it), found from its dependencies; FastAPI's default 422 schema
   (`HTTPValidationError`, which privq never sends) becomes the `{"error": …}` body
   with an example; any error response still without an example gets one.
+- The refusals no router raises are added there too, from what the route is: every
+  operation with a request body lists 400, 413 and 415 (`app.api.guards` and the JSON
+  parser refuse before the route runs), and every operation that opens the database
+  lists 503 `unavailable` (`app.api.errors`: unreachable or busy, with `Retry-After`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -23,7 +28,10 @@ from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from app.errors import Forbidden, PrivqError, Unauthorized
+from app.api.errors import RETRY_AFTER_SECONDS
+from app.config import Settings
+from app.errors import Forbidden, PayloadTooLarge, PrivqError, Unauthorized
+from app.limits import MAX_JSON_DEPTH
 
 ERROR_SCHEMA_REF = "#/components/schemas/ErrorOut"
 
@@ -42,30 +50,140 @@ def refusals(*errors: type[PrivqError], **notes: str) -> dict[int | str, dict[st
     `notes` adds a sentence per code (by code name) where the docstring is not enough,
     e.g. `not_found="No such dataset, or no grant on it."`.
     """
-    by_status: dict[int, list[type[PrivqError]]] = {}
+    by_status: dict[int, list[Coded]] = {}
     for error in errors:
-        by_status.setdefault(error.status, []).append(error)
-    responses: dict[int | str, dict[str, Any]] = {}
-    for status, group in sorted(by_status.items()):
-        lines = []
-        examples = {}
-        for error in group:
-            note = notes.get(error.code)
-            lines.append(f"`{error.code}`: {note or _doc(error)}")
-            examples[error.code] = {
-                "summary": error.code,
-                "value": _example(error.code, note or _doc(error)),
+        why = notes.get(error.code) or _doc(error)
+        by_status.setdefault(error.status, []).append(Coded(error.code, why, why))
+    return {status: _coded_response(group) for status, group in sorted(by_status.items())}
+
+
+@dataclass(frozen=True)
+class Coded:
+    """One error code a response may carry: when (`why`), and the example's message."""
+
+    code: str
+    why: str
+    message: str
+
+
+def _coded_response(codes: Sequence[Coded]) -> dict[str, Any]:
+    """An error response: each code's reason in the description and its example body."""
+    return {
+        "description": "\n\n".join(f"`{c.code}`: {c.why}" for c in codes),
+        "content": {
+            "application/json": {
+                "schema": {"$ref": ERROR_SCHEMA_REF},
+                "examples": {
+                    c.code: {"summary": c.code, "value": _example(c.code, c.message)} for c in codes
+                },
             }
-        responses[status] = {
-            "description": "\n\n".join(lines),
-            "content": {
-                "application/json": {
-                    "schema": {"$ref": ERROR_SCHEMA_REF},
-                    "examples": examples,
-                }
-            },
-        }
-    return responses
+        },
+    }
+
+
+# Refused before any route runs: the request guards (app.api.guards) and FastAPI's JSON
+# parsing (app.api.errors). What a body may be refused for, by the body's media type.
+_JSON_LIMIT = Settings.model_fields["max_json_body_bytes"].default
+_WRONG_TYPE = "send the body as application/json (or multipart/form-data for uploads)"
+BODY_REFUSALS: dict[str, dict[int, list[Coded]]] = {
+    "application/json": {
+        400: [
+            Coded(
+                "invalid_json",
+                "The body is not valid JSON (the message names the character).",
+                "the body is not valid JSON (at character 17)",
+            ),
+            Coded(
+                "json_too_deep",
+                f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels; it is not parsed.",
+                f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels",
+            ),
+        ],
+        413: [
+            Coded(
+                "payload_too_large",
+                "The body is larger than `PRIVQ_MAX_JSON_BODY_BYTES` (default 4 MiB); the "
+                "rest is not read.",
+                f"the request body is larger than the limit of {_JSON_LIMIT} bytes",
+            )
+        ],
+        415: [
+            Coded(
+                "unsupported_media_type",
+                "The body is not `application/json` (`Content-Type`).",
+                _WRONG_TYPE,
+            )
+        ],
+    },
+    "multipart/form-data": {
+        400: [Coded("bad_request", "The multipart body cannot be parsed.", "Missing boundary.")],
+        413: [
+            Coded(
+                "payload_too_large",
+                "The upload is larger than `PRIVQ_MAX_UPLOAD_BYTES`; the rest is not read.",
+                PayloadTooLarge.__doc__ or PayloadTooLarge.code,
+            )
+        ],
+        415: [
+            Coded(
+                "unsupported_media_type",
+                "The body is not `multipart/form-data` (`Content-Type`).",
+                _WRONG_TYPE,
+            )
+        ],
+    },
+}
+# Any route that opens the database: unreachable, or its connections stay busy.
+DATABASE_REFUSALS: dict[int, list[Coded]] = {
+    503: [
+        Coded(
+            "unavailable",
+            "The database is unreachable or busy; retry after `Retry-After` seconds.",
+            "the database is unavailable or busy; retry shortly",
+        )
+    ]
+}
+RETRY_AFTER_HEADER = {
+    "description": "Seconds to wait before retrying.",
+    "schema": {"type": "integer", "example": RETRY_AFTER_SECONDS},
+}
+
+
+def _add_refusals(responses: dict[str, Any], refusals_: dict[int, list[Coded]]) -> None:
+    """Add these codes to an operation's responses, beside what the route declared."""
+    for status, codes in refusals_.items():
+        response = responses.get(str(status))
+        if response is None:
+            responses[str(status)] = _coded_response(codes)
+            continue
+        media = response.setdefault("content", {}).setdefault("application/json", {})
+        media.setdefault("schema", {"$ref": ERROR_SCHEMA_REF})
+        examples = media.setdefault("examples", {})
+        if "example" in media:  # one example already: keep it beside the new ones
+            examples["example"] = {"value": media.pop("example")}
+        for coded in codes:
+            if coded.code in examples:
+                continue
+            examples[coded.code] = {
+                "summary": coded.code,
+                "value": _example(coded.code, coded.message),
+            }
+            described = response.get("description", "")
+            line = f"`{coded.code}`: {coded.why}"
+            response["description"] = f"{described}\n\n{line}" if described else line
+
+
+def _refusals_before_the_route(route: APIRoute, operation: dict[str, Any]) -> None:
+    """The refusals of the request guards, the JSON parser and an unreachable database."""
+    from app.api import deps
+
+    responses = operation.setdefault("responses", {})
+    for media_type in operation.get("requestBody", {}).get("content", {}):
+        if media_type in BODY_REFUSALS:
+            _add_refusals(responses, BODY_REFUSALS[media_type])
+    if deps.get_database in set(_dependency_calls(route.dependant)):
+        _add_refusals(responses, DATABASE_REFUSALS)
+        responses["503"].setdefault("headers", {}).setdefault("Retry-After", RETRY_AFTER_HEADER)
 
 
 def _dependency_calls(dependant: Dependant) -> Iterator[Callable[..., Any]]:
@@ -188,6 +306,7 @@ def install_openapi(app: FastAPI, routes: Sequence[APIRoute]) -> None:
                 responses = operation.setdefault("responses", {})
                 for status, response in extra.items():
                     responses.setdefault(status, response)
+                _refusals_before_the_route(route, operation)
                 for status, response in responses.items():
                     if status[:1] in ("4", "5"):
                         _ensure_error_content(response, status)

@@ -97,6 +97,44 @@ def _has_example(document: dict[str, Any], media: dict[str, Any]) -> bool:
     return any("examples" in prop for prop in schema.get("properties", {}).values())
 
 
+def _example_codes(response: dict[str, Any]) -> set[str]:
+    """The error codes of a response's example bodies (each in the contract's shape)."""
+    media = response["content"]["application/json"]
+    bodies = [e["value"] for e in media.get("examples", {}).values()]
+    bodies += [media["example"]] if "example" in media else []
+    for body in bodies:
+        assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]), body
+    return {body["error"]["code"] for body in bodies}
+
+
+# What the request guards and the JSON parser refuse before any route runs, by media type.
+BODY_REFUSALS = {
+    "application/json": {
+        "400": {"invalid_json", "json_too_deep"},
+        "413": {"payload_too_large"},
+        "415": {"unsupported_media_type"},
+    },
+    "multipart/form-data": {
+        "400": {"bad_request"},
+        "413": {"payload_too_large"},
+        "415": {"unsupported_media_type"},
+    },
+}
+
+
+def _lists_the_refusals_before_the_route(where: str, operation: dict[str, Any]) -> None:
+    """A route with a body lists 400, 413 and 415; every /v1 route (the database) 503."""
+    responses = operation["responses"]
+    for media_type in operation.get("requestBody", {}).get("content", {}):
+        for status, codes in BODY_REFUSALS[media_type].items():
+            assert status in responses, (where, media_type, status)
+            assert codes <= _example_codes(responses[status]), (where, status)
+    if where.split(" ", 1)[1].startswith("/v1/"):
+        assert "503" in responses, where
+        assert "unavailable" in _example_codes(responses["503"]), where
+        assert "Retry-After" in responses["503"].get("headers", {}), where
+
+
 def test_every_operation_has_a_summary_error_codes_and_examples(client) -> None:
     document = client.get("/openapi.json").json()
     operations = _operations(document)
@@ -123,6 +161,7 @@ def test_every_operation_has_a_summary_error_codes_and_examples(client) -> None:
         if body is not None:
             for media_type, media in body["content"].items():
                 assert _has_example(document, media), (where, media_type)
+        _lists_the_refusals_before_the_route(where, operation)
     schemas = document["components"]["schemas"]
     # FastAPI's default 422 body is not what privq sends; it is replaced everywhere.
     assert "HTTPValidationError" not in schemas
@@ -134,3 +173,29 @@ def test_admin_only_routes_document_403(client) -> None:
     assert "403" in create_tenant
     examples = create_tenant["403"]["content"]["application/json"]["examples"]
     assert examples["forbidden"]["value"]["error"]["code"] == "forbidden"
+
+
+def test_the_refusals_documented_before_the_route_are_the_ones_sent(client) -> None:
+    """A JSON route's 400, 413 and 415 name the codes the guards and the parser send."""
+    from conftest import ADMIN_HEADERS
+
+    documented = client.get("/openapi.json").json()["paths"]["/v1/tenants"]["post"]["responses"]
+    json_body = {**ADMIN_HEADERS, "Content-Type": "application/json"}
+    plain_text = {**ADMIN_HEADERS, "Content-Type": "text/plain"}
+    sent = {
+        "invalid": client.post("/v1/tenants", content=b'{"name": ', headers=json_body),
+        "deep": client.post("/v1/tenants", content=b"[" * 40 + b"]" * 40, headers=json_body),
+        "large": client.post(
+            "/v1/tenants", content=b'"' + b"x" * (4 * 1024**2) + b'"', headers=json_body
+        ),
+        "type": client.post("/v1/tenants", content=b"name=x", headers=plain_text),
+    }
+    seen = {(str(r.status_code), r.json()["error"]["code"]) for r in sent.values()}
+    assert seen == {
+        ("400", "invalid_json"),
+        ("400", "json_too_deep"),
+        ("413", "payload_too_large"),
+        ("415", "unsupported_media_type"),
+    }
+    for status, code in seen:
+        assert code in _example_codes(documented[status]), (status, code)
