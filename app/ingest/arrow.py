@@ -4,27 +4,36 @@ Arrow's reader (C++, streaming, in blocks) parses a CSV several times faster tha
 Python's `csv`, and its compute functions encode whole columns at once. It is used only
 where it is certain to give what `app.ingest.table` would: a header naming exactly the
 schema's attributes, categorical cells spelled exactly as a schema value, integer cells
-of plain digits, numeric cells of plain decimals ("-12.5": both parsers round such a
-string to the same double), every value inside the schema (clipping as the attribute
-says). Anything else — padding, "3.0", "1e3", a BOM Arrow keeps, a bad value, a ragged
-or malformed row, bytes that are not UTF-8 — and the caller reads the file again with
-the exact path, which encodes it or explains precisely what is wrong.
+of plain digits, numeric cells of plain decimals (only digits, "-" and "." — "-12.5",
+"5.", ".5" — that Arrow's cast parses: it rounds them to the same double as float()),
+every value inside the schema (clipping as the attribute says). Anything else —
+padding, "3.0", "1e3", a BOM Arrow keeps, a bad value, a ragged or malformed row, bytes
+that are not UTF-8 — and the caller reads the file again with the exact path, which
+encodes it or explains precisely what is wrong.
 So the fast path decides nothing on its own: it only ever returns a table the exact
 path would have returned, or None — or refuses a file over the byte limit, as the exact
 path would, at the same byte.
+
+The reader parses on the calling thread while a small pool of threads encodes the
+batches already parsed (Arrow's compute functions and numpy release the GIL); at most
+`_MAX_PENDING` parsed batches wait, so memory stays bounded whatever the file's size.
 """
 
 from __future__ import annotations
 
 import io
-from typing import BinaryIO
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import IngestError
-from app.ingest.reading import CountingReader
-from app.schema import DatasetSchema
+from app.ingest.reading import MAX_LINE_CHARS, CountingReader
+from app.schema import Attribute, DatasetSchema
 
 try:  # an optional speed-up: without pyarrow every upload takes the exact path
     import pyarrow as pa
@@ -34,7 +43,14 @@ except ImportError:  # pragma: no cover - pyarrow is a declared dependency
     pa = None
 
 _BLOCK_BYTES = 1 << 22
-_DECIMAL = r"^-?[0-9]{1,30}(\.[0-9]{1,30})?$"
+# Encoding threads: with the reader's own thread, every core is busy.
+_THREADS = max(1, min(4, os.cpu_count() or 1))
+_MAX_PENDING = 2 * _THREADS  # parsed batches waiting for (or in) an encoding thread
+THREAD_NAME_PREFIX = "privq-ingest"
+_DECIMAL_BYTES = b"0123456789.-"
+# A longer stretch without a line break is no canonical file (nor a valid one).
+_MAX_CARRY_BYTES = 4 * MAX_LINE_CHARS
+_MAX_DECIMAL_BYTES = 62  # as long as "-" + 30 digits + "." + 30 digits
 
 
 class _NotCanonical(Exception):
@@ -66,9 +82,72 @@ def encode_canonical(
 
 def _encode(source: io.BufferedReader, schema: DatasetSchema) -> tuple[int, dict[str, np.ndarray]]:
     names = list(schema.names)
-    reader = pacsv.open_csv(
-        source,
-        read_options=pacsv.ReadOptions(block_size=_BLOCK_BYTES, use_threads=True),
+    texts = [text for a in schema.attributes for text in (a.name, *(a.values or ()))]
+    if any("\n" in text or "\r" in text for text in texts):
+        # Then a cell or a name holding a line break could be valid; chunks could not
+        # be parsed on their own (nor is such a file canonical).
+        raise _NotCanonical("line breaks in the schema")
+    chunks = _chunks(source)
+    first = next(chunks, b"")
+    table = _parse(first, None, names)
+    header = table.column_names
+    if sorted(header) != sorted(names) or len(set(header)) != len(header):
+        raise _NotCanonical("header")
+    by_name = {a.name: a for a in schema.attributes}
+    columns = [_Column(by_name[name]) for name in header]  # file order
+    parts: list[list[np.ndarray]] = [[] for _ in columns]
+    rows = _add(parts, table.num_rows, _encode_table(table, columns))
+    del table
+    pending: deque[Future[tuple[int, list[np.ndarray]]]] = deque()
+    pool = ThreadPoolExecutor(_THREADS, thread_name_prefix=THREAD_NAME_PREFIX)
+    try:
+        for chunk in chunks:
+            pending.append(pool.submit(_parse_and_encode, chunk, header, names, columns))
+            if len(pending) >= _MAX_PENDING:
+                rows += _add(parts, *pending.popleft().result())
+        while pending:
+            rows += _add(parts, *pending.popleft().result())
+    finally:  # on a refusal, chunks not started are dropped; running ones end soon
+        pool.shutdown(wait=True, cancel_futures=True)
+    if rows == 0:
+        raise _NotCanonical("no rows")
+    position = {name: i for i, name in enumerate(header)}
+    return rows, {name: np.concatenate(parts[position[name]]) for name in names}
+
+
+def _chunks(source: io.BufferedReader) -> Iterator[bytes]:
+    """The stream in pieces of about `_BLOCK_BYTES`, each ending at a line break.
+
+    A record never spans two pieces: one that holds a line break (in quotes) leaves a
+    cell with a line break at the end of a piece, which no schema value, integer or
+    decimal matches, so the fast path declines.
+    """
+    carry = b""
+    while True:
+        block = source.read(_BLOCK_BYTES)
+        if not block:
+            if carry:
+                yield carry
+            return
+        data = carry + block if carry else block
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        if cut == 0:
+            if len(data) > _MAX_CARRY_BYTES:
+                raise _NotCanonical("no line break")
+            carry = data
+            continue
+        yield data[:cut]
+        carry = data[cut:]
+
+
+def _parse(chunk: bytes, header: list[str] | None, names: list[str]) -> Any:
+    """One piece of the file as an Arrow table (`header`: the file's, if known; the
+    columns named as schema attributes are read as strings)."""
+    return pacsv.read_csv(
+        pa.BufferReader(chunk),
+        read_options=pacsv.ReadOptions(
+            block_size=len(chunk) + 1, use_threads=False, column_names=header
+        ),
         parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(
             column_types=dict.fromkeys(names, pa.string()),
@@ -76,46 +155,108 @@ def _encode(source: io.BufferedReader, schema: DatasetSchema) -> tuple[int, dict
             quoted_strings_can_be_null=False,
         ),
     )
-    header = reader.schema.names
-    if sorted(header) != sorted(names) or len(set(header)) != len(header):
-        raise _NotCanonical("header")
-    encoders = {a.name: ColumnEncoder(a) for a in schema.attributes}
-    values = {
-        a.name: pa.array(list(a.values), pa.string())
-        for a in schema.attributes
-        if a.kind == "categorical" and a.values is not None
-    }
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    rows = 0
-    for batch in reader:
-        rows += batch.num_rows
-        for position, name in enumerate(header):
-            encoder = encoders[name]
-            column = batch.column(position)
-            if name in values:
-                found = pc.index_in(column, value_set=values[name])
-                if found.null_count:
-                    raise _NotCanonical(name)
-                codes = found.to_numpy(zero_copy_only=False).astype(np.int64)
-            elif encoder.attribute.kind == "integer":
-                # Arrow's integer cast accepts a sign and digits only (else it raises),
-                # a subset of what int() accepts, with the same value.
-                codes = encoder.integer_codes(
-                    pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False).copy()
-                )
-            else:
-                _require(column, _DECIMAL)
-                codes = encoder.bin_numbers(
-                    pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
-                )
-            if codes.size and codes.min() < 0:
-                raise _NotCanonical(name)
-            parts[name].append(codes.astype(encoder.dtype))
-    if rows == 0:
-        raise _NotCanonical("no rows")
-    return rows, {name: np.concatenate(parts[name]) for name in names}
 
 
-def _require(column: object, pattern: str) -> None:
-    if not pc.all(pc.match_substring_regex(column, pattern)).as_py():
-        raise _NotCanonical(pattern)
+def _parse_and_encode(
+    chunk: bytes, header: list[str], names: list[str], columns: list[_Column]
+) -> tuple[int, list[np.ndarray]]:
+    table = _parse(chunk, header, names)
+    return table.num_rows, _encode_table(table, columns)
+
+
+def _encode_table(table: Any, columns: list[_Column]) -> list[np.ndarray]:
+    return [column.encode(table.column(i)) for i, column in enumerate(columns)]
+
+
+def _add(parts: list[list[np.ndarray]], rows: int, codes: list[np.ndarray]) -> int:
+    for column_parts, column_codes in zip(parts, codes, strict=True):
+        column_parts.append(column_codes)
+    return rows
+
+
+class _Column:
+    """How one file column's Arrow strings become codes (raising _NotCanonical on doubt)."""
+
+    def __init__(self, attribute: Attribute) -> None:
+        self.encoder = ColumnEncoder(attribute)
+        self.kind = attribute.kind
+        self.values = (
+            _string_array(attribute.values)
+            if attribute.kind == "categorical" and attribute.values is not None
+            else None
+        )
+        if attribute.kind == "numeric":
+            edges = np.asarray(attribute.edges, dtype=np.float64)
+            self.low, self.high = float(edges[0]), float(edges[-1])
+            self.inner_edges = edges[1:-1]
+
+    def encode(self, column: Any) -> np.ndarray:
+        """Codes of a chunked column (one chunk per piece of the file, or none)."""
+        parts = [self._encode_chunk(chunk) for chunk in column.chunks]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.empty(0, self.encoder.dtype)
+
+    def _encode_chunk(self, column: Any) -> np.ndarray:
+        encoder = self.encoder
+        if self.values is not None:
+            found = pc.index_in(column, value_set=self.values)
+            if found.null_count:
+                raise _NotCanonical(encoder.attribute.name)
+            # Found: every code is in 0..size-1 already.
+            codes: np.ndarray = found.to_numpy(zero_copy_only=False)
+            return codes.astype(encoder.dtype)
+        if self.kind == "numeric":
+            _require_plain_decimals(column)
+            return self._bin(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False))
+        # Arrow's integer cast accepts a sign and digits only (else it raises), a subset
+        # of what int() accepts, with the same value.
+        codes = encoder.integer_codes(
+            pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False).copy()
+        )
+        if codes.size and codes.min() < 0:
+            raise _NotCanonical(encoder.attribute.name)
+        return codes.astype(encoder.dtype)
+
+    def _bin(self, x: np.ndarray) -> np.ndarray:
+        """`ColumnEncoder.bin_numbers` for numbers without NaN, in fewer passes.
+
+        Searching the inner edges puts e_k in the last bin, and clamps what lies
+        outside [e_0, e_k] into the first or last bin (clip); without clip, such a
+        number is refused.
+        """
+        attribute = self.encoder.attribute
+        edges = self.inner_edges
+        if x.size and not attribute.clip and (x.min() < self.low or x.max() > self.high):
+            raise _NotCanonical(attribute.name)
+        return np.searchsorted(edges, x, side="right").astype(self.encoder.dtype)
+
+
+def _string_array(values: tuple[str, ...]) -> Any:
+    """An Arrow string array of `values`, built from buffers (pa.array imports pandas)."""
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
+    np.cumsum([len(value) for value in encoded], out=offsets[1:])
+    return pa.StringArray.from_buffers(
+        len(encoded), pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(encoded))
+    )
+
+
+def _require_plain_decimals(column: Any) -> None:
+    """Every cell 1 to 62 bytes of digits, "-" and "." (Arrow's cast then checks the form).
+
+    Read straight from the array's buffers: several times cheaper than a regex per cell.
+    """
+    if column.type != pa.string():
+        raise _NotCanonical("not a string column")
+    _, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(
+        offsets_buffer, dtype=np.int32, count=len(column) + 1, offset=4 * column.offset
+    )
+    lengths = np.diff(offsets)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > _MAX_DECIMAL_BYTES):
+        raise _NotCanonical("cell length")
+    start, end = int(offsets[0]), int(offsets[-1])
+    text = bytes(memoryview(data_buffer)[start:end]) if data_buffer is not None else b""
+    if text.translate(None, _DECIMAL_BYTES):
+        raise _NotCanonical("not a plain decimal")

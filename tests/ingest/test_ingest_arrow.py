@@ -93,6 +93,7 @@ def test_a_canonical_file_takes_the_fast_path_and_matches_the_exact_one() -> Non
     "column, cells",
     [
         ("age", ["1e1", "inf", ".5", "5.", "+3", "0003", "1_0", " 3", "nan", "-0", "", "121"]),
+        ("age", ["-", ".", "-.5", "1.2.3", "--1", "1-2", "0" * 70 + "1", "1." + "0" * 70]),
         ("debt", ["inf", "-inf", "1e9", "-1e9", "nan"]),
         ("children", ["3.0", "+3", "0003", "1_0", " 2", "-0", "3.5", "4", "", "9" * 30]),
         ("rooms", ["7", "-1", "2.0", "1e0"]),
@@ -150,3 +151,42 @@ def test_many_rows_in_several_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert encode_canonical(io.BytesIO(data.encode()), SCHEMA, None) is not None
     assert_same(data)
     assert all(isinstance(r, EncodedTable) for r in both_ways(data))
+
+
+def with_last_field(line: str, cell: str) -> str:
+    return ",".join([*line.split(",", 4)[:4], cell])  # the last field may hold a comma
+
+
+def test_a_quoted_line_break_at_any_piece_boundary_is_explained_by_the_exact_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.ingest import arrow
+
+    monkeypatch.setattr(arrow, "_BLOCK_BYTES", 256)  # pieces of a dozen lines or so
+    base = canonical_file(60, seed=4).splitlines()
+    for row in range(1, len(base)):  # the break falls at, before and after each boundary
+        lines = list(base)
+        lines[row] = with_last_field(lines[row], '"F\nM"')  # one record on two lines
+        assert_same("\n".join(lines) + "\n")
+
+
+def test_a_schema_value_with_a_line_break_is_left_to_the_exact_path() -> None:
+    schema = parse_schema(
+        {"attributes": [{"name": "note", "type": "categorical", "values": ["a\nb", "c"]}]}
+    )
+    data = 'note\n"a\nb"\nc\n'
+    assert encode_canonical(io.BytesIO(data.encode()), schema, None) is None
+    table = encode_csv(io.BytesIO(data.encode()), schema)
+    np.testing.assert_array_equal(table.columns["note"], [0, 1])
+
+
+def test_a_late_refusal_stops_the_encoding_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from app.ingest import arrow
+
+    monkeypatch.setattr(arrow, "_BLOCK_BYTES", 4096)
+    lines = canonical_file(5000, seed=5).splitlines()
+    lines[4900] = with_last_field(lines[4900], "G")  # not a schema value
+    assert_same("\n".join(lines) + "\n")
+    assert not [t for t in threading.enumerate() if t.name.startswith(arrow.THREAD_NAME_PREFIX)]
