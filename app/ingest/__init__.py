@@ -3,7 +3,7 @@
 `encode_csv` reads a binary stream once, in small batches of rows, and turns each
 column into the attribute's integer codes (`app.schema`); only the compact code arrays
 are kept. `pack_column` / `unpack_column` turn one code array into a compressed blob
-for durable storage and back.
+for durable storage and back (`pack_columns`: many at once, on several threads).
 
 Modules: `reading` (CSV parsing: bytes → records), `columns` (encoding: cells →
 codes), `table` (`encode_csv`, which drives both and decides refusals), `errors`
@@ -33,7 +33,7 @@ wins: reading stops there).
 
 from app.ingest.columns import code_dtype
 from app.ingest.errors import MAX_REPORTED_LINES, IngestError
-from app.ingest.packing import pack_column, unpack_column
+from app.ingest.packing import pack_column, pack_columns, unpack_column
 from app.ingest.reading import MAX_LINE_CHARS
 from app.ingest.table import DEFAULT_CHUNK_ROWS, EncodedTable, encode_csv
 
@@ -46,5 +46,6 @@ __all__ = [
     "code_dtype",
     "encode_csv",
     "pack_column",
+    "pack_columns",
     "unpack_column",
 ]

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 _PACK_MAGIC = b"PQC1"
 _PACK_HEADER = struct.Struct("<4s8sQ")  # magic, dtype string (e.g. "<u1", padded), length
+_PACK_THREADS = max(1, min(4, os.cpu_count() or 1))
+THREAD_NAME_PREFIX = "privq-pack"
 
 
 def pack_column(codes: np.ndarray) -> bytes:
@@ -22,6 +27,15 @@ def pack_column(codes: np.ndarray) -> bytes:
     # Level 1: on a 200k × 40 table of 2–20-value codes, 7x less CPU than level 6 for 8%
     # more bytes (3.70 MB against 3.43 MB); at level 6 compression was half an upload.
     return header + zlib.compress(little.tobytes(), 1)
+
+
+def pack_columns(columns: Sequence[np.ndarray]) -> list[bytes]:
+    """`pack_column` of each array, in order, compressed on several threads at once
+    (zlib releases the GIL while it compresses)."""
+    if len(columns) < 2 or _PACK_THREADS == 1:
+        return [pack_column(codes) for codes in columns]
+    with ThreadPoolExecutor(_PACK_THREADS, thread_name_prefix=THREAD_NAME_PREFIX) as pool:
+        return list(pool.map(pack_column, columns))
 
 
 def unpack_column(blob: bytes) -> np.ndarray:

@@ -35,7 +35,7 @@ from app.db import (
     utcnow,
 )
 from app.errors import InvalidRequest, JobsPending, NotFound, PrivqError, RecordsPurged
-from app.ingest import IngestError, encode_csv, pack_column, unpack_column
+from app.ingest import IngestError, encode_csv, pack_columns, unpack_column
 from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
 from app.services import jobs
@@ -129,14 +129,10 @@ def create_dataset(
     )
     session.add(dataset)
     session.flush()
-    for position, attribute in enumerate(schema.attributes):
+    blobs = pack_columns([table.columns[attribute.name] for attribute in schema.attributes])
+    for position, (attribute, blob) in enumerate(zip(schema.attributes, blobs, strict=True)):
         session.add(
-            DatasetColumn(
-                dataset_id=dataset.id,
-                position=position,
-                name=attribute.name,
-                data=pack_column(table.columns[attribute.name]),
-            )
+            DatasetColumn(dataset_id=dataset.id, position=position, name=attribute.name, data=blob)
         )
     session.flush()
     return dataset
