@@ -12,6 +12,13 @@ bin's single value), and for a numeric attribute a number inside its bin — uni
 never reaches hi) — never a bin label. Deterministic given `seed`: the records and the
 numbers inside bins come from two generators seeded from it. Both methods stream in
 chunks of SYNTHETIC_CHUNK_ROWS rows; no table of all rows is ever held.
+
+Memory is the model plus one chunk of codes, whatever the number of rows: the text is
+made and sent in pieces of at most PIECE_ROWS rows, each written into a fresh StringIO
+(which keeps ASCII text at one byte a character; one reused after getvalue() keeps four),
+and no chunk is held while the next is made. The numbers inside bins are drawn per chunk,
+column by column, before the chunk is cut into pieces, so the bytes do not depend on
+PIECE_ROWS.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,8 +39,17 @@ METHODS = ("round", "sample")
 DEFAULT_METHOD = "round"
 # Numbers inside a bin keep this many significant digits of the narrowest bin's width.
 WIDTH_DIGITS = 4
+# Rows of CSV text made at once (one part of the response).
+PIECE_ROWS = 2048
 
-Column = Callable[[np.ndarray, np.random.Generator], list[str]]
+
+@dataclass(frozen=True)
+class Column:
+    """How one attribute's codes are written: `draw` once per chunk (the numbers inside
+    bins, or None), then `texts` per piece, on that piece's codes and drawn numbers."""
+
+    draw: Callable[[np.ndarray, np.random.Generator], np.ndarray | None]
+    texts: Callable[[np.ndarray, np.ndarray | None], list[str]]
 
 
 def synthetic_rows(loaded: LoadedModel, rows: int | None) -> int:
@@ -55,7 +72,7 @@ def synthetic_rows(loaded: LoadedModel, rows: int | None) -> int:
 
 def _labels(attribute: Attribute) -> Column:
     labels = np.asarray(attribute.labels(), dtype=object)
-    return lambda codes, _: labels[codes].tolist()
+    return Column(lambda codes, _: None, lambda codes, _: labels[codes].tolist())
 
 
 def _numbers_in_bins(attribute: Attribute) -> Column:
@@ -67,20 +84,29 @@ def _numbers_in_bins(attribute: Attribute) -> Column:
     scale = 10.0**decimals
     template = f"%.{decimals}f"
 
-    def column(codes: np.ndarray, rng: np.random.Generator) -> list[str]:
+    def draw(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         exact = low[codes] + rng.random(codes.size) * width[codes]
-        values = np.floor(exact * scale) / scale
+        values: np.ndarray = np.floor(exact * scale) / scale
+        return values
+
+    def texts(codes: np.ndarray, values: np.ndarray | None) -> list[str]:
         texts: list[str] = np.char.mod(template, values).tolist()
         # An edge with more decimals than the template can truncate below its bin.
-        for i in np.flatnonzero(values < low[codes]):
+        for i in np.flatnonzero(np.asarray(values) < low[codes]):
             texts[i] = repr(float(low[codes[i]]))
         return texts
 
-    return column
+    return Column(draw, texts)
 
 
 def _column(attribute: Attribute) -> Column:
     return _numbers_in_bins(attribute) if attribute.kind == "numeric" else _labels(attribute)
+
+
+def _csv_text(rows: Iterable[Iterable[str]]) -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    return buffer.getvalue().encode()
 
 
 def synthetic_csv(
@@ -110,13 +136,15 @@ def _stream(
     in_bins = np.random.default_rng(seeds[1])
     make = loaded.model.rounded_chunks if method == "round" else loaded.model.sample_chunks
     chunks = make(rows, record_seed, chunk_rows=chunk_rows)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(schema.names)
-    yield buffer.getvalue().encode()
+    yield _csv_text([schema.names])
     for chunk in chunks:
-        buffer.seek(0)
-        buffer.truncate()
-        cells = [column(chunk[:, j], in_bins) for j, column in enumerate(columns)]
-        writer.writerows(zip(*cells, strict=True))
-        yield buffer.getvalue().encode()
+        drawn = [column.draw(chunk[:, j], in_bins) for j, column in enumerate(columns)]
+        for start in range(0, len(chunk), PIECE_ROWS):
+            piece = slice(start, start + PIECE_ROWS)
+            cells = [
+                column.texts(chunk[piece, j], None if numbers is None else numbers[piece])
+                for j, (column, numbers) in enumerate(zip(columns, drawn, strict=True))
+            ]
+            yield _csv_text(zip(*cells, strict=True))
+        # Not held while the next chunk is made.
+        del chunk, drawn
