@@ -221,6 +221,7 @@ def rounded_chunks(
             chunk[:, column] = _deal(urns[step], groups, order_key, rng)
         remaining -= size
         yield chunk
+        del chunk  # a consumer done with it frees it before the next is made
 
 
 def error_bounds(tree: CalibratedTree) -> dict[tuple[str, ...], np.ndarray]:
