@@ -312,3 +312,57 @@ def test_each_true_marginal_is_counted_once_however_many_rounds() -> None:
     assert len(selections) >= 5  # several rounds, each scoring every candidate
     assert len(counted) == len(set(counted))  # each marginal read from the data once
     assert set(counted) <= set(candidate_weights(DOMAIN, normalise_workload(DOMAIN, ALL_PAIRS)))
+
+
+def _recorded_fits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(solver, max_iterations) of every fit the mechanism engine asks app.pgm for."""
+    from app.privacy.mechanisms import engine
+
+    calls: list[tuple[str, int]] = []
+    real_fit = engine.fit
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append((str(kwargs.get("solver", "default")), int(kwargs["max_iterations"])))  # type: ignore[call-overload]
+        return real_fit(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "fit", spy)
+    return calls
+
+
+def test_between_round_fits_leave_admm_once_one_is_too_slow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ADMM between rounds while its fits are quick; after one slower than
+    `round_admm_seconds`, every later between-round fit is mirror descent."""
+    truth = synthetic(3)
+    calls = _recorded_fits(monkeypatch)
+    run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=MechanismOptions(rounds=8, **FAST))
+    between = [solver for solver, _ in calls[:-1]]
+    assert between and set(between) == {"admm"}  # the small model fits in milliseconds
+
+    calls.clear()
+    options = MechanismOptions(rounds=8, round_admm_seconds=1e-9, **FAST)
+    run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=options)
+    between = [solver for solver, _ in calls[:-1]]
+    assert between[0] == "admm" and len(between) > 2
+    assert set(between[1:]) == {"mirror_descent"}
+    assert calls[-1][1] == options.final_fit_iterations  # the final fit is not bounded
+
+
+def test_between_round_mirror_descent_is_bounded_by_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cells × iterations ≤ round_fit_work, but never fewer than round_min_iterations."""
+    truth = synthetic(4)
+    calls = _recorded_fits(monkeypatch)
+    plenty = MechanismOptions(rounds=8, round_admm_max_cells=0, **FAST)
+    run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=plenty)
+    assert {iterations for _, iterations in calls[:-1]} == {plenty.fit_iterations}
+
+    calls.clear()
+    options = MechanismOptions(
+        rounds=8, round_admm_max_cells=0, round_fit_work=1, round_min_iterations=3, **FAST
+    )
+    run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=options)
+    between = calls[:-1]
+    assert between and all(solver == "mirror_descent" for solver, _ in between)
+    assert {iterations for _, iterations in between} == {3}
+    assert calls[-1][1] == options.final_fit_iterations

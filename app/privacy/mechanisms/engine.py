@@ -67,6 +67,18 @@ class MechanismOptions:
     fit_solver: str | None = "auto"
     round_admm_max_cells: int = 200_000
     fit_iterations: int = 300
+    # A between-round mirror-descent fit is also bounded by its work, cells × iterations:
+    # at most `round_fit_work` (and at least `round_min_iterations` iterations), so a
+    # round costs about the same on a large model as on a small one instead of growing
+    # with it (mirror descent does ~0.15 µs of work a cell-iteration on 2 cores).
+    round_fit_work: int = 5_000_000
+    round_min_iterations: int = 10
+    # ADMM's cost is its sparse factorisation, which grows with the tree's separators,
+    # not only its cells: at 150k cells it took 0.8 s on Adult but 3 s (twice a fit) on a
+    # 40-attribute table. Once a between-round ADMM fit takes longer than this, the
+    # run's later between-round fits use bounded mirror descent (models only grow within
+    # a run). Runs with few rounds on small models, like Adult's, never reach it.
+    round_admm_seconds: float = 2.0
     final_fit_solver: str | None = None  # None: app.pgm's default
     final_fit_iterations: int = 500
     fit_tolerance: float = 1e-7  # of the final fit
@@ -81,6 +93,10 @@ class MechanismOptions:
             raise ValueError("measure_share must be in (0, 1)")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
+        if self.round_fit_work < 1 or self.round_min_iterations < 1:
+            raise ValueError("round_fit_work and round_min_iterations must be positive")
+        if not self.round_admm_seconds > 0.0:
+            raise ValueError("round_admm_seconds must be positive")
 
 
 @dataclass(frozen=True)
@@ -146,19 +162,28 @@ def fit_model(
     options: MechanismOptions,
     warm_start: GraphicalModel | None,
     final: bool = False,
+    admm: bool = True,
 ) -> tuple[GraphicalModel, FitRecord]:
+    """A between-round fit (or, `final`, the run's last one); `admm=False` rules ADMM out
+    between rounds (see `MechanismOptions.round_admm_seconds`)."""
     kwargs: dict[str, Any] = {}
     solver = options.final_fit_solver if final else options.fit_solver
-    if not final and solver == "auto":
+    iterations = options.final_fit_iterations if final else options.fit_iterations
+    if not final:
         cells = model_cells(domain, [m.attributes for m in measurements])
-        solver = "admm" if cells <= options.round_admm_max_cells else "mirror_descent"
+        if solver == "auto":
+            small = cells <= options.round_admm_max_cells
+            solver = "admm" if admm and small else "mirror_descent"
+        if solver == "mirror_descent":
+            by_work = options.round_fit_work // max(cells, 1)
+            iterations = max(options.round_min_iterations, min(iterations, by_work))
     if solver is not None:
         kwargs["solver"] = solver
     return fit(
         domain,
         measurements,
         warm_start=warm_start,
-        max_iterations=options.final_fit_iterations if final else options.fit_iterations,
+        max_iterations=iterations,
         # ADMM between rounds runs to the final fit's tolerance (it converges in a few
         # hundred cheap iterations); the early stop is for mirror descent on large models.
         tolerance=options.round_fit_tolerance
@@ -217,6 +242,8 @@ class MechanismRun:
         self.base_measurements = list(arguments.get("base_measurements", ()))
         self.model = arguments.get("warm_start")
         self.fit_record: FitRecord | None = None
+        # between-round fits may use ADMM until one of them is too slow (then never again)
+        self.admm_rounds = True
         self.rounds: list[Round] = []
         # workload marginal -> (round index, M_r(p̂_{t−1})) of the last round it was a
         # candidate in this process (the vectors are not persisted; see `finish`)
@@ -332,8 +359,11 @@ class MechanismRun:
 
     def refit(self, final: bool = False) -> None:
         self.model, self.fit_record = fit_model(
-            self.domain, self.measurements(), self.options, self.model, final
+            self.domain, self.measurements(), self.options, self.model, final, self.admm_rounds
         )
+        record = self.fit_record
+        if not final and record.solver == "admm":
+            self.admm_rounds = record.seconds <= self.options.round_admm_seconds
         self._progress("fitted", self.rounds[-1].attributes if self.rounds else ())
 
     # --- end --------------------------------------------------------------------
