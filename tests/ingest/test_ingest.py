@@ -16,6 +16,7 @@ from app.ingest import (
     code_dtype,
     encode_csv,
     pack_column,
+    pack_columns,
     unpack_column,
 )
 from app.schema import DatasetSchema, parse_schema
@@ -377,3 +378,11 @@ def test_memo_of_parsed_cells_never_changes_the_codes(
     bad_body = "k,x\n" + "1,5\n7.5,5\n" * 30
     error = refused(bad_body, schema, chunk_rows=4)
     assert error.details == {"column": "k", "lines": [3, 5, 7, 9, 11, 13, 15, 17, 19, 21]}
+
+
+def test_pack_columns_gives_each_column_its_own_blob_in_order() -> None:
+    rng = np.random.default_rng(0)
+    columns = [rng.integers(0, size, 5000).astype(np.uint16) for size in (2, 300, 7, 40)]
+    columns.append(np.zeros(0, dtype=np.uint8))
+    assert pack_columns(columns) == [pack_column(column) for column in columns]
+    assert pack_columns([]) == []
