@@ -16,8 +16,8 @@ class PrecompiledSelect:
     an explicit BEGIN/ROLLBACK, result objects) cost about ten times the query itself
     on SQLite. A single statement needs no explicit transaction to be consistent: on
     SQLite (privq's connections run in autocommit, `isolation_level=None`) it reads one
-    snapshot and takes no write lock; on PostgreSQL the driver's implicit transaction
-    is rolled back when the pool takes the connection back.
+    snapshot and takes no write lock; on PostgreSQL it runs in autocommit, so the
+    driver sends no BEGIN before it and the pool no ROLLBACK after it.
     """
 
     def __init__(self, statement: Select[Any]) -> None:
@@ -44,12 +44,24 @@ class PrecompiledSelect:
         )
         connection = engine.raw_connection()
         try:
-            cursor = connection.cursor()
+            driver: Any = connection.driver_connection
+            # psycopg outside autocommit wraps the statement in BEGIN … ROLLBACK: two more
+            # round trips (the pool rolls back on return) for a read that one statement
+            # already makes consistent. (sqlite3's `autocommit`, where it exists, is never
+            # False here: privq's SQLite connections manage transactions themselves.)
+            switch = getattr(driver, "autocommit", None) is False
+            if switch:
+                driver.autocommit = True
             try:
-                cursor.execute(sql, arguments)
-                row = cursor.fetchone()
+                cursor = connection.cursor()
+                try:
+                    cursor.execute(sql, arguments)
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
             finally:
-                cursor.close()
+                if switch and not driver.closed:
+                    driver.autocommit = False
         finally:
             connection.close()  # back to the pool, which rolls back any transaction
         return None if row is None else tuple(row)
