@@ -22,7 +22,6 @@ batches already parsed (Arrow's compute functions and numpy release the GIL); at
 from __future__ import annotations
 
 import io
-import os
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +31,7 @@ import numpy as np
 
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import IngestError
+from app.ingest.packing import INGEST_THREADS
 from app.ingest.reading import MAX_LINE_CHARS, CountingReader
 from app.schema import Attribute, DatasetSchema
 
@@ -43,9 +43,7 @@ except ImportError:  # pragma: no cover - pyarrow is a declared dependency
     pa = None
 
 _BLOCK_BYTES = 1 << 22
-# Encoding threads: with the reader's own thread, every core is busy.
-_THREADS = max(1, min(4, os.cpu_count() or 1))
-_MAX_PENDING = 2 * _THREADS  # parsed batches waiting for (or in) an encoding thread
+_MAX_PENDING = 2 * INGEST_THREADS  # parsed batches waiting for (or in) an encoding thread
 THREAD_NAME_PREFIX = "privq-ingest"
 _DECIMAL_BYTES = b"0123456789.-"
 # A longer stretch without a line break is no canonical file (nor a valid one).
@@ -99,7 +97,7 @@ def _encode(source: io.BufferedReader, schema: DatasetSchema) -> tuple[int, dict
     rows = _add(parts, table.num_rows, _encode_table(table, columns))
     del table
     pending: deque[Future[tuple[int, list[np.ndarray]]]] = deque()
-    pool = ThreadPoolExecutor(_THREADS, thread_name_prefix=THREAD_NAME_PREFIX)
+    pool = ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix=THREAD_NAME_PREFIX)
     try:
         for chunk in chunks:
             pending.append(pool.submit(_parse_and_encode, chunk, header, names, columns))

@@ -12,7 +12,8 @@ import numpy as np
 
 _PACK_MAGIC = b"PQC1"
 _PACK_HEADER = struct.Struct("<4s8sQ")  # magic, dtype string (e.g. "<u1", padded), length
-_PACK_THREADS = max(1, min(4, os.cpu_count() or 1))
+# Threads of the ingest pools (parsing and packing): every core busy, at most four.
+INGEST_THREADS = max(1, min(4, os.cpu_count() or 1))
 THREAD_NAME_PREFIX = "privq-pack"
 
 
@@ -32,9 +33,9 @@ def pack_column(codes: np.ndarray) -> bytes:
 def pack_columns(columns: Sequence[np.ndarray]) -> list[bytes]:
     """`pack_column` of each array, in order, compressed on several threads at once
     (zlib releases the GIL while it compresses)."""
-    if len(columns) < 2 or _PACK_THREADS == 1:
+    if len(columns) < 2 or INGEST_THREADS == 1:
         return [pack_column(codes) for codes in columns]
-    with ThreadPoolExecutor(_PACK_THREADS, thread_name_prefix=THREAD_NAME_PREFIX) as pool:
+    with ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix=THREAD_NAME_PREFIX) as pool:
         return list(pool.map(pack_column, columns))
 
 
