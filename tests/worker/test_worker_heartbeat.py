@@ -2,7 +2,7 @@
 
 A job's lease is renewed every third of it by `app.worker.Heartbeat`, not only when the
 job reports progress. Here a fit sits silent (no progress reported) for three leases of
-1 s while another worker polls the queue: it must never claim the job, and the lease
+2 s while another worker polls the queue: it must never claim the job, and the lease
 expiry stored in the database must keep moving forward all along.
 """
 
@@ -22,8 +22,8 @@ from app.db import Database
 from app.services import quarantine
 from app.worker import Worker
 
-LEASE_SECONDS = 1
-SILENT_SECONDS = 3.0  # three leases without a word of progress
+LEASE_SECONDS = 2  # long enough that a loaded machine still renews every third of it
+SILENT_SECONDS = 6.0  # three leases without a word of progress
 
 
 def test_a_job_longer_than_its_lease_is_never_claimed_by_another_worker(
@@ -60,6 +60,10 @@ def test_a_job_longer_than_its_lease_is_never_claimed_by_another_worker(
 
     thread = threading.Thread(target=runner.run_once)
     thread.start()
+    # The other worker starts polling only once the runner holds the job and is inside
+    # its silent fit (before that, the other could simply claim the job first).
+    assert silent.wait(timeout=60), "the runner never reached the fit"
+    assert job_row(database, job_id).lease_owner == "runner"
     other_claims = 0
     expiries: list[datetime] = []  # the stored lease expiry, seen while the fit is silent
     deadline = time.monotonic() + 60
@@ -77,7 +81,7 @@ def test_a_job_longer_than_its_lease_is_never_claimed_by_another_worker(
     job = job_row(database, job_id)
     assert job.status == "succeeded", job.error
     assert job.attempts == 1
-    # Renewed every third of the lease while the fit said nothing: ~9 renewals in 3 s.
+    # Renewed every third of the lease while the fit said nothing: ~9 renewals in 6 s.
     assert expiries == sorted(expiries)
     assert len(set(expiries)) >= 4, expiries
     assert (expiries[-1] - expiries[0]).total_seconds() >= SILENT_SECONDS / 2, expiries
