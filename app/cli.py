@@ -16,6 +16,7 @@ out-of-date one is a one-line error naming `privq migrate` and exit status 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -45,9 +46,25 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.workers_in_process is not None:
         settings = settings.model_copy(update={"workers_in_process": args.workers_in_process})
     app = create_app(settings, start_workers=start_embedded_workers)
+    _settle_garbage_collector()
     # The app's own JSON request log replaces uvicorn's access log.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False)
     return 0
+
+
+def _settle_garbage_collector() -> None:
+    """Keep the cyclic garbage collector's pauses out of the API's answer latency.
+
+    A full collection walks every tracked object: with the imports and the app (~175k
+    objects) it stopped the event loop for 50-120 ms several times in ten seconds of
+    free answers, which was their whole p99. What exists now lives for the life of the
+    process, so it is frozen out of every future collection, and the first generation
+    is collected every 50,000 allocations rather than 700, which keeps the objects of
+    requests in flight from being promoted to the old generation at every collection.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:

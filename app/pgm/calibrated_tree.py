@@ -245,7 +245,7 @@ class CalibratedTree:
         keep_t = names if keep is None else tuple(keep)
         extras = tuple(tuple(s) for s in extra_scopes)
         key = (
-            frozenset(names),
+            tuple(sorted(names)),  # a set of names; a tuple of str is untracked by gc
             extras,
             keep_t,
             tuple(sorted((extra_sizes or {}).items(), key=repr)),

@@ -134,8 +134,11 @@ class _Compiler:
             (
                 "einsum",
                 tuple(s for s, _ in items),
-                tuple([labels[v] for v in axes] for _, axes in items),
-                [labels[v] for v in result],
+                # Tuples, not lists: a cached plan of only tuples of ints and strings is
+                # untracked by the garbage collector, so thousands of them cost its
+                # full collections nothing.
+                tuple(tuple(labels[v] for v in axes) for _, axes in items),
+                tuple(labels[v] for v in result),
             )
         )
         return slot, result
