@@ -319,6 +319,14 @@ class Database:
             else self.engine
         )
         self.read_sessionmaker = sessionmaker(bind=read_engine, expire_on_commit=False)
+        # Single-statement reads on every request's path (`PrecompiledSelect`): on
+        # PostgreSQL a pool of their own without the pre-ping, which would double their
+        # round trips; `PrecompiledSelect` retries once on a dropped connection instead.
+        self.hot_read_engine = (
+            self.engine
+            if self.is_sqlite
+            else make_engine(url, **{**engine_kwargs, "pool_pre_ping": False})
+        )
         from app.metrics import install_session_hooks  # metrics counts committed charges
 
         install_session_hooks(self.sessionmaker)
@@ -356,6 +364,8 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.hot_read_engine is not self.engine:
+            self.hot_read_engine.dispose()
 
 
 class MeasurementRecord(Base):

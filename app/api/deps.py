@@ -190,7 +190,7 @@ async def _match_key(request: Request, database: Database, key_hash: str) -> key
     engine = loop_read_engine(request)
     if engine is not None:
         return keys.match_on(engine, key_hash)
-    return await run_in_threadpool(keys.match_on, database.engine, key_hash)
+    return await run_in_threadpool(keys.match_on, database.hot_read_engine, key_hash)
 
 
 async def get_principal(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, Select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 
@@ -34,7 +35,12 @@ class PrecompiledSelect:
         return found
 
     def first(self, engine: Engine, params: dict[str, Any]) -> tuple[Any, ...] | None:
-        """The first row the statement returns with `params`, or None."""
+        """The first row the statement returns with `params`, or None.
+
+        A pooled connection the server has dropped (a restart, an idle timeout) is
+        discarded and the statement run once more on a new one, so a pool without a
+        pre-ping (`Database.hot_read_engine`) loses no request to a stale connection.
+        """
         sql, compiled = self._for(engine)
         values = compiled.construct_params(params)
         arguments: Any = (
@@ -42,6 +48,15 @@ class PrecompiledSelect:
             if compiled.positional
             else values
         )
+        try:
+            return self._run(engine, sql, arguments)
+        except DBAPIError as error:
+            if not error.connection_invalidated:
+                raise
+        return self._run(engine, sql, arguments)
+
+    @staticmethod
+    def _run(engine: Engine, sql: str, arguments: Any) -> tuple[Any, ...] | None:
         connection = engine.raw_connection()
         try:
             driver: Any = connection.driver_connection
@@ -57,6 +72,23 @@ class PrecompiledSelect:
                 try:
                     cursor.execute(sql, arguments)
                     row = cursor.fetchone()
+                except engine.dialect.loaded_dbapi.Error as error:
+                    # As SQLAlchemy would raise it (OperationalError is a 503), parameters
+                    # hidden; a dropped connection is closed for good, not pooled again.
+                    dropped = engine.dialect.is_disconnect(
+                        error, connection.dbapi_connection, cursor
+                    )
+                    if dropped:
+                        connection.invalidate(error)
+                    raise DBAPIError.instance(
+                        sql,
+                        arguments,
+                        error,
+                        engine.dialect.loaded_dbapi.Error,
+                        hide_parameters=True,
+                        connection_invalidated=dropped,
+                        dialect=engine.dialect,
+                    ) from error
                 finally:
                     cursor.close()
             finally:

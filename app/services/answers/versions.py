@@ -59,7 +59,7 @@ def visible_ready_model(
     statement on a pooled connection (no session, never cached); a session is opened
     only when this process has not loaded that version yet."""
     version = model_service.visible_latest_version_on(
-        database.engine, dataset_id, tenant_id=tenant_id
+        database.hot_read_engine, dataset_id, tenant_id=tenant_id
     )
     if version is None:
         raise model_service.NoModel()
