@@ -15,6 +15,10 @@
 - `PrincipalDep` — the caller: the admin, or a tenant (401 without a valid key).
 - `CurrentTenant` — a tenant only (the admin key gets 403: it holds no budget).
 - `AdminAuth` — the admin only (a tenant key gets 403).
+- `DatasetAccessDep` — for the free answer routes: the caller and the latest model
+  version of the path's dataset they may see, read in one statement
+  (`app.services.access`) with `PrincipalDep`'s refusals, then 404 as for a dataset
+  that does not exist.
 
 A tenant's key is checked against the database on every request, in one precompiled
 statement (`app.services.keys.match_on`) that reads the key, its tenant and both their
@@ -36,7 +40,8 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, TypeVar
+from functools import partial
+from typing import Annotated, Any, TypeVar
 
 from fastapi import BackgroundTasks, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -45,10 +50,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, make_transient_to_detached, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from app.api.types import ResourceId
 from app.config import Settings
 from app.db import SQLITE_BEGIN_OPTION, Database, Tenant, make_engine, utcnow
 from app.errors import Forbidden, KeyRevoked, TenantDisabled, Unauthorized
-from app.services import keys
+from app.services import access, keys
+from app.services import models as model_service
 from app.services import tenants as tenant_service
 
 T = TypeVar("T")
@@ -186,27 +193,49 @@ def _touch_key(database: Database, key_id: str, now: datetime) -> None:
         keys.touch(session, key_id, now)
 
 
-async def _match_key(request: Request, database: Database, key_hash: str) -> keys.KeyMatch | None:
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
+
+
+async def _presented(
+    request: Request, settings: Settings, database: Database, credentials: Credentials
+) -> tuple[str, bool]:
+    """The presented key's hash, and whether it is the admin key (401 without a key)."""
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
+        raise Unauthorized()
+    key_hash = tenant_service.hash_key(credentials.credentials)
+    admin_hash = await _admin_key_hash(request, settings, database)
+    return key_hash, admin_hash is not None and hmac.compare_digest(key_hash, admin_hash)
+
+
+async def _hot_read(request: Request, database: Database, read: Callable[..., T], *args: Any) -> T:
+    """`read(engine, *args)`, one precompiled statement: on the event loop for a local
+    SQLite file, in a worker thread on the hot-read pool otherwise."""
     engine = loop_read_engine(request)
     if engine is not None:
-        return keys.match_on(engine, key_hash)
-    return await run_in_threadpool(keys.match_on, database.hot_read_engine, key_hash)
+        return read(engine, *args)
+    return await run_in_threadpool(read, database.hot_read_engine, *args)
 
 
 async def get_principal(
     request: Request,
     settings: SettingsDep,
     database: DatabaseDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    credentials: Credentials,
     background_tasks: BackgroundTasks,
 ) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
-        raise Unauthorized()
-    key_hash = tenant_service.hash_key(credentials.credentials)
-    admin_hash = await _admin_key_hash(request, settings, database)
-    if admin_hash is not None and hmac.compare_digest(key_hash, admin_hash):
+    key_hash, is_admin = await _presented(request, settings, database, credentials)
+    if is_admin:
         return Principal(tenant=None)
-    match = await _match_key(request, database, key_hash)
+    return _tenant_principal(
+        await _hot_read(request, database, keys.match_on, key_hash), database, background_tasks
+    )
+
+
+def _tenant_principal(
+    match: keys.KeyMatch | None, database: Database, background_tasks: BackgroundTasks
+) -> Principal:
+    """The tenant a key read just now belongs to: 401 for no such key or a revoked one,
+    403 for a disabled tenant."""
     if match is None:
         raise Unauthorized("the API key is not valid")
     if match.revoked:
@@ -223,6 +252,43 @@ async def get_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+@dataclass(frozen=True)
+class DatasetAccess:
+    """The caller, and the latest model version of the path's dataset they may see (None
+    before the first fit): for the free answer routes, read in one statement."""
+
+    principal: Principal
+    dataset_id: str
+    version: int | None
+
+
+async def get_dataset_access(
+    request: Request,
+    settings: SettingsDep,
+    database: DatabaseDep,
+    credentials: Credentials,
+    background_tasks: BackgroundTasks,
+    dataset_id: ResourceId,
+) -> DatasetAccess:
+    """`get_principal`, then the dataset's visibility and latest version (404 if the
+    caller may not see it), with the same errors in the same order, in one round trip."""
+    key_hash, is_admin = await _presented(request, settings, database, credentials)
+    if is_admin:
+        version = await _hot_read(
+            request,
+            database,
+            partial(model_service.visible_latest_version_on, tenant_id=None),
+            dataset_id,
+        )
+        return DatasetAccess(Principal(tenant=None), dataset_id, version)
+    found = await _hot_read(request, database, access.key_and_version_on, key_hash, dataset_id)
+    principal = _tenant_principal(found.match, database, background_tasks)
+    return DatasetAccess(principal, dataset_id, found.version())
+
+
+DatasetAccessDep = Annotated[DatasetAccess, Depends(get_dataset_access)]
 
 
 async def require_tenant(principal: PrincipalDep) -> Tenant:

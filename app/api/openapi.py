@@ -238,7 +238,7 @@ def _auth_responses(route: APIRoute) -> dict[str, dict[str, Any]]:
 
     calls = set(_dependency_calls(route.dependant))
     added: dict[str, dict[str, Any]] = {}
-    if deps.get_principal in calls:
+    if deps.get_principal in calls or deps.get_dataset_access in calls:
         added.update(
             {str(k): v for k, v in refusals(Unauthorized).items()},
         )

@@ -119,7 +119,7 @@ class _Compiler:
         self.next_slot = inputs
 
     def cells(self, variables: Iterable[Variable]) -> int:
-        return prod(self.sizes[v] for v in variables)
+        return prod(map(self.sizes.__getitem__, variables))
 
     def _emit(self, operation: tuple[Any, ...]) -> int:
         self.operations.append(operation)
@@ -195,10 +195,14 @@ class _Compiler:
             return pending[0] if result == axes else self.einsum(pending, result)
         while len(pending) > 1:
             # Join the pair with the smallest joint table first.
-            _, i, j = min(
-                (self.cells(set(pending[i][1]) | set(pending[j][1])), i, j)
-                for i in range(len(pending))
-                for j in range(i + 1, len(pending))
+            _, i, j = (
+                (0, 0, 1)
+                if len(pending) == 2
+                else min(
+                    (self.cells(set(pending[i][1]) | set(pending[j][1])), i, j)
+                    for i in range(len(pending))
+                    for j in range(i + 1, len(pending))
+                )
             )
             others = [item for k, item in enumerate(pending) if k not in (i, j)]
             still = set(needed).union(*(set(axes) for _, axes in others))

@@ -93,7 +93,7 @@ class KeyMatch:
         return self.last_used_at is None or now - self.last_used_at >= LAST_USED_RESOLUTION
 
 
-_MATCH_STATEMENT = cast(
+MATCH_STATEMENT = cast(
     "Select[Any]",
     select(
         ApiKey.id,
@@ -107,7 +107,7 @@ _MATCH_STATEMENT = cast(
     .join(Tenant, Tenant.id == ApiKey.tenant_id)
     .where(ApiKey.key_hash == bindparam("key_hash")),
 )
-_MATCH = PrecompiledSelect(_MATCH_STATEMENT)
+_MATCH = PrecompiledSelect(MATCH_STATEMENT)
 
 
 def _utc(value: Any) -> datetime | None:
@@ -124,9 +124,12 @@ def _utc(value: Any) -> datetime | None:
 def match_on(engine: Engine, key_hash: str) -> KeyMatch | None:
     """The key with this hash and its tenant, read now in one statement; None if no such key."""
     row = _MATCH.first(engine, {"key_hash": key_hash})
-    if row is None:
-        return None
-    key_id, revoked_at, last_used_at, tenant_id, name, created_at, disabled_at = row
+    return None if row is None else key_match(row)
+
+
+def key_match(row: tuple[Any, ...]) -> KeyMatch:
+    """A `KeyMatch` from a row of MATCH_STATEMENT (and any columns added after them)."""
+    key_id, revoked_at, last_used_at, tenant_id, name, created_at, disabled_at = row[:7]
     created = _utc(created_at)
     if created is None:  # the column is NOT NULL
         raise TypeError("a tenant without a creation time")

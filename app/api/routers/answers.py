@@ -37,7 +37,14 @@ from pydantic import (
 )
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import DatabaseDep, PrincipalDep, SettingsDep, loop_read_engine
+from app.api.deps import (
+    DatabaseDep,
+    DatasetAccess,
+    DatasetAccessDep,
+    PrincipalDep,
+    SettingsDep,
+    loop_read_engine,
+)
 from app.api.responses import SafeJSONResponse
 from app.api.schemas import RequestBody, error_responses
 from app.api.types import (
@@ -97,6 +104,18 @@ async def _ready_model(
     loaded = answers.ready_model(dataset_id, version)
     if loaded is None:
         loaded = await run_in_threadpool(answers.load_ready_model, database, dataset_id, version)
+    return loaded
+
+
+async def _model_for(database: DatabaseDep, access: DatasetAccess) -> LoadedModel:
+    """The version `access` found, loaded and calibrated (in a thread, the first time)."""
+    if access.version is None:
+        raise model_service.NoModel()
+    loaded = answers.ready_model(access.dataset_id, access.version)
+    if loaded is None:
+        loaded = await run_in_threadpool(
+            answers.load_ready_model, database, access.dataset_id, access.version
+        )
     return loaded
 
 
@@ -260,11 +279,9 @@ class AnswersOut(BaseModel):
 
 
 @router.get("/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND})
-async def read_model(
-    dataset_id: ResourceId, request: Request, database: DatabaseDep, principal: PrincipalDep
-) -> SafeJSONResponse:
+async def read_model(database: DatabaseDep, access: DatasetAccessDep) -> SafeJSONResponse:
     """The latest model version: cliques, fit figures and the measurements it covers."""
-    loaded = await _ready_model(request, database, principal, dataset_id)
+    loaded = await _model_for(database, access)
     return SafeJSONResponse(answers.model_description(loaded))
 
 
@@ -274,10 +291,8 @@ async def read_model(
     responses={200: {"model": MarginalOut}, **NOT_FOUND, **INVALID},
 )
 async def read_marginals(
-    dataset_id: ResourceId,
-    request: Request,
     database: DatabaseDep,
-    principal: PrincipalDep,
+    access: DatasetAccessDep,
     settings: SettingsDep,
     attrs: Annotated[
         SafeText,
@@ -285,7 +300,7 @@ async def read_marginals(
     ],
 ) -> Response:
     """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
-    loaded = await _ready_model(request, database, principal, dataset_id)
+    loaded = await _model_for(database, access)
     names = answers.parse_attribute_list(loaded.schema, attrs)
     max_cells = settings.max_marginal_cells
     size = answers.marginal_size(loaded, names, max_cells=max_cells)
@@ -297,10 +312,8 @@ async def read_marginals(
     "/count", response_model=None, responses={200: {"model": CountOut}, **NOT_FOUND, **INVALID}
 )
 async def read_count(
-    dataset_id: ResourceId,
-    request: Request,
     database: DatabaseDep,
-    principal: PrincipalDep,
+    access: DatasetAccessDep,
     where: Annotated[
         list[SafeText],
         Query(
@@ -311,7 +324,7 @@ async def read_count(
     ] = [],  # noqa: B006 — FastAPI copies query defaults
 ) -> SafeJSONResponse:
     """The model's count of records matching every filter (free)."""
-    loaded = await _ready_model(request, database, principal, dataset_id)
+    loaded = await _model_for(database, access)
     count = answers.count_query(loaded, where)
     size = answers.count_size(loaded, count)
     return await _answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
