@@ -32,6 +32,8 @@ from app.pgm.junction_tree import JunctionTree
 Clique = tuple[str, ...]
 
 _PLAN_CACHE_LIMIT = 20_000
+# Source tables with private axes summed out are kept up to the model's own cells.
+_REDUCTION_MIN_CELLS = 1 << 20
 
 
 # Above this many cells in one intermediate table (or above the caller's cap), a plan
@@ -60,6 +62,9 @@ class TreePlan:
     keep: tuple[Variable, ...] = ()
     sliced: tuple[tuple[Variable, int], ...] = ()  # (attribute, size)
     keep_sizes: tuple[int, ...] = ()
+    # Per source, the axes of its table summed out before the elimination: attributes
+    # no other table of the plan holds and the answer does not keep.
+    summed: tuple[tuple[int, ...], ...] = ()
 
     @property
     def max_intermediate_cells(self) -> int:
@@ -72,6 +77,29 @@ class TreePlan:
     def work(self) -> int:
         """A proxy of the plan's cost: the cells its steps span, times the slices it runs."""
         return self.elimination.total_cells * prod(size for _, size in self.sliced)
+
+
+def _private_axes(
+    scopes: Sequence[tuple[Variable, ...]],
+    extras: Sequence[tuple[Variable, ...]],
+    keep: Sequence[Variable],
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[Variable, ...], ...]]:
+    """Per scope, the axes no other scope holds and `keep` does not (summed first), and
+    the scopes without them."""
+    seen: dict[Variable, int] = {}
+    for scope in (*scopes, *extras):
+        for v in scope:
+            seen[v] = seen.get(v, 0) + 1
+    kept = set(keep)
+    summed = []
+    reduced = []
+    for scope in scopes:
+        private = tuple(k for k, v in enumerate(scope) if seen[v] == 1 and v not in kept)
+        summed.append(private)
+        reduced.append(
+            tuple(v for k, v in enumerate(scope) if k not in private) if private else scope
+        )
+    return tuple(summed), tuple(reduced)
 
 
 def _fits(plan: TreePlan, max_cells: int | None) -> bool:
@@ -137,6 +165,9 @@ class CalibratedTree:
         self._sizes: dict[Variable, int] = dict(zip(domain.attributes, domain.sizes, strict=True))
         self._conditionals: dict[tuple[int, int], np.ndarray] = {}
         self._plans: dict[object, TreePlan] = {}
+        self._reductions: dict[tuple[tuple[int, ...], tuple[int, ...]], np.ndarray] = {}
+        self._reduction_cells = 0
+        self._reduction_limit = max(_REDUCTION_MIN_CELLS, sum(self.clique_cells))
         self._lock = threading.Lock()
         self.log_z: float | None = None
         self.tree: JunctionTree = JunctionTree(domain, self.cliques, self.edges)
@@ -179,6 +210,23 @@ class CalibratedTree:
         if len(source) == 1:
             return self.marginals[source[0]]
         return self.conditional(source[0], source[1])
+
+    def _reduced(self, source: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray:
+        """A source's table with `axes` summed out, kept: queries share these sums."""
+        if not axes:
+            return self._table(source)
+        key = (source, axes)
+        table = self._reductions.get(key)
+        if table is None:
+            table = np.asarray(self._table(source).sum(axis=axes))
+            table.setflags(write=False)
+            with self._lock:
+                if self._reduction_cells + table.size > self._reduction_limit:
+                    self._reductions.clear()
+                    self._reduction_cells = 0
+                self._reductions[key] = table
+                self._reduction_cells += table.size
+        return table
 
     # ---- planning -----------------------------------------------------------------
 
@@ -278,10 +326,14 @@ class CalibratedTree:
                     frontier.append(child)
                     sources.append((child, parent))
                     scopes.append(self.cliques[child])
-        all_scopes = (*scopes, *extras)
+        # Axes only one clique holds and the answer drops are summed out of its table
+        # before the elimination (and those sums kept for the next query).
+        summed, reduced = _private_axes(scopes, extras, keep_t)
+        all_scopes = (*reduced, *extras)
         plan = TreePlan(
             subtree=subtree,
             sources=tuple(sources),
+            summed=summed,
             elimination=plan_elimination(all_scopes, sizes, keep_t),
             scopes=all_scopes,
             keep=keep_t,
@@ -349,7 +401,12 @@ class CalibratedTree:
         self, plan: TreePlan, extra_tables: Sequence[np.ndarray] = (), *, scale: float = 1.0
     ) -> np.ndarray:
         """Execute a plan; the answer is multiplied by `scale` (e.g. N̂ for counts)."""
-        tables = [self._table(source) for source in plan.sources]
+        tables = [
+            self._reduced(source, axes)
+            for source, axes in zip(
+                plan.sources, plan.summed or ((),) * len(plan.sources), strict=True
+            )
+        ]
         tables.extend(np.asarray(t, dtype=float) for t in extra_tables)
         if plan.sliced:
             return self._run_sliced(plan, tables, scale)

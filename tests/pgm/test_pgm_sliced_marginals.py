@@ -61,7 +61,7 @@ def test_a_far_apart_pair_is_answered_under_a_cap_the_plain_plan_exceeds() -> No
     capped = model.plan(pair, max_cells=clique_cells)
     assert capped.sliced and capped.max_intermediate_cells <= clique_cells
     answer = model.marginal(pair, max_cells=clique_cells)
-    tables = [tree._table(source) for source in plain.sources]
+    tables = [tree._reduced(s, a) for s, a in zip(plain.sources, plain.summed, strict=True)]
     np.testing.assert_allclose(answer, 1000.0 * unsliced.execute(tables), rtol=1e-10)
     assert answer.shape == (12, 12) and answer.sum() == pytest.approx(1000.0)
 
