@@ -105,5 +105,20 @@ def numbers_json(values: np.ndarray) -> bytes:
 
 
 def labels_json(label_lists: Sequence[Sequence[str]]) -> bytes:
-    """`cell_labels` as JSON (orjson: strings only, so its output is the standard one)."""
-    return orjson.dumps(cell_labels(label_lists))
+    """`cell_labels` as JSON: the bytes `orjson.dumps(cell_labels(label_lists))` writes.
+
+    Each label is encoded once, and the cells sharing a first-axis label are one
+    `bytes.join` over the encoded rest (the separator carries that label), so the
+    Python-level work is one step per cell of the other axes, not one per cell.
+    """
+    encoded = [[orjson.dumps(label) for label in labels] for labels in label_lists]
+    if not encoded:
+        return b"[[]]"
+    if not all(encoded):
+        return b"[]"
+    first, *others = encoded
+    if not others:
+        return b"[" + b",".join(b"[" + label + b"]" for label in first) + b"]"
+    rest = [b",".join(labels) for labels in itertools.product(*others)]
+    rows = [b"[" + label + b"," + (b"],[" + label + b",").join(rest) + b"]" for label in first]
+    return b"[" + b",".join(rows) + b"]"
