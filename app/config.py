@@ -73,6 +73,15 @@ class Settings(BaseSettings):
         "apart from the reads, so that writes waiting for the database's write lock never "
         "hold every thread.",
     )
+    api_answer_threads: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Free answers too large for the event loop (a marginal whose plan "
+        "builds a table of millions of cells, a batch of many queries) are computed in "
+        "at most this many threads at once. They hold the interpreter lock for most of "
+        "their work, so more threads mostly trade it back and forth.",
+    )
     database_pool_timeout_seconds: float = Field(
         default=10.0,
         gt=0,

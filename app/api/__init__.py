@@ -100,7 +100,7 @@ def create_app(
         # Blocking request work runs in at most `api_threads` threads (and writes in
         # `api_write_threads` more), as many as the pool has connections for.
         to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-        concurrency.configure(settings.api_write_threads)
+        concurrency.configure(settings.api_write_threads, settings.api_answer_threads)
         try:
             if settings.effective_auto_migrate:
                 from app.migrations import upgrade_to_head

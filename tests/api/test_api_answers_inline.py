@@ -6,13 +6,16 @@ and large work never run on the loop.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 
+import httpx
 import pytest
 from conftest import unique_name
 from test_api_answers import SCHEMA, _csv, fit_test_model
 
-from app.api import deps
+from app.api import create_app, deps
 from app.api.routers import answers as answers_router
 from app.db import Database
 from app.services import answers
@@ -116,3 +119,46 @@ def test_the_loop_reads_only_a_local_sqlite_file(tmp_path) -> None:
     on_file.dispose()
     for url in ("sqlite://", "sqlite:///:memory:", "postgresql+psycopg://u@localhost/db"):
         assert deps.make_loop_read_engine(Database(url)) is None
+
+
+async def _concurrent_marginals(app, dataset_id: str, headers: dict[str, str], count: int):
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://privq") as client,
+    ):
+        url = f"/v1/datasets/{dataset_id}/marginals"
+        return await asyncio.gather(
+            *(client.get(url, params={"attrs": "race,age"}, headers=headers) for _ in range(count))
+        )
+
+
+@pytest.mark.parametrize("answer_threads", [1, 3])
+def test_large_answers_run_in_at_most_api_answer_threads_threads(
+    fitted, settings, monkeypatch, answer_threads
+) -> None:
+    tenant, dataset = fitted
+    monkeypatch.setattr(answers_router, "INLINE_MAX_INTERMEDIATE_CELLS", 0)
+    running = 0
+    most = 0
+    lock = threading.Lock()
+    compute = answers.marginal_json
+
+    def slow_compute(*args, **kwargs):
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        try:
+            time.sleep(0.05)  # long enough for the other requests to be waiting
+            return compute(*args, **kwargs)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(answers, "marginal_json", slow_compute)
+    app = create_app(settings.model_copy(update={"api_answer_threads": answer_threads}))
+    responses = asyncio.run(_concurrent_marginals(app, dataset["id"], tenant["headers"], 6))
+    assert [r.status_code for r in responses] == [200] * 6
+    assert len({r.content for r in responses}) == 1
+    assert most == answer_threads
