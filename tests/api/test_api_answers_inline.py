@@ -22,8 +22,9 @@ from app.services import answers
 from app.services.answers import queries as answer_queries
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fitted(api, database):
+    """A dataset of its own per test: its model's first use is this test's."""
     tenant = api.create_tenant()
     dataset = api.upload_dataset(_csv(400, seed=3), SCHEMA, name=unique_name("inline"))
     api.grant(dataset["id"], tenant["id"], 1.0)
@@ -75,8 +76,9 @@ def _ask(client, tenant, dataset):
     return marginal.json(), count.json(), queries.json()
 
 
+@pytest.mark.parametrize("limit", ["INLINE_MAX_INTERMEDIATE_CELLS", "INLINE_MAX_WORK_CELLS"])
 def test_small_answers_run_on_the_loop_and_large_ones_in_a_thread(
-    client, fitted, threads, monkeypatch, backend
+    client, fitted, threads, monkeypatch, backend, limit
 ) -> None:
     tenant, dataset = fitted
     inline = _ask(client, tenant, dataset)
@@ -88,7 +90,7 @@ def test_small_answers_run_on_the_loop_and_large_ones_in_a_thread(
 
     for name in ("compute", "load"):
         threads[name].clear()
-    monkeypatch.setattr(answers_router, "INLINE_MAX_INTERMEDIATE_CELLS", 0)
+    monkeypatch.setattr(answers_router, limit, 0)
     offloaded = _ask(client, tenant, dataset)
     assert threads["compute"] and loop_thread not in threads["compute"]
     assert offloaded == inline

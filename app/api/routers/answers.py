@@ -81,6 +81,9 @@ INVALID = error_responses(
 # keep a larger answer from stalling every other request on the loop.
 INLINE_MAX_INTERMEDIATE_CELLS = 8_000_000
 INLINE_MAX_ANSWER_CELLS = 20_000
+# …and at most this many cells spanned by its steps in all (a sliced plan repeats its
+# steps per slice): the bench's 3-way marginals span up to 20 million.
+INLINE_MAX_WORK_CELLS = 32_000_000
 INLINE_MAX_QUERIES = 16
 
 Result = TypeVar("Result")
@@ -126,6 +129,7 @@ async def _model_for(database: DatabaseDep, access: DatasetAccess) -> LoadedMode
 def _small(size: answers.WorkSize) -> bool:
     return (
         size.intermediate_cells <= INLINE_MAX_INTERMEDIATE_CELLS
+        and size.work_cells <= INLINE_MAX_WORK_CELLS
         and size.answer_cells <= INLINE_MAX_ANSWER_CELLS
     )
 

@@ -41,7 +41,7 @@ def count_size(loaded: LoadedModel, count: CountQuery) -> WorkSize:
         plan = loaded.model.query_plan(count.query, max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:
         raise too_large(error, "where") from None
-    return WorkSize(1, plan.max_intermediate_cells)
+    return WorkSize(1, plan.max_intermediate_cells, plan.work)
 
 
 def count_result(loaded: LoadedModel, count: CountQuery) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def marginal_size(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) 
         plan = loaded.model.plan(attrs, max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:
         raise too_large(error, "attrs") from None
-    return WorkSize(cells, plan.max_intermediate_cells)
+    return WorkSize(cells, plan.max_intermediate_cells, plan.work)
 
 
 def _marginal_counts(loaded: LoadedModel, attrs: Sequence[str], *, max_cells: int) -> np.ndarray:

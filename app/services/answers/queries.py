@@ -185,6 +185,7 @@ def prepare_queries(
         )
     model = loaded.model
     largest = 0
+    work = 0
     for index, item in enumerate(prepared):
         # Plans are cached per query shape, so checking each one first is cheap and
         # lets the refusal name the query.
@@ -193,7 +194,8 @@ def prepare_queries(
         except InferenceTooLarge as error:
             raise too_large(error, f"queries[{index}]") from None
         largest = max(largest, plan.max_intermediate_cells)
-    return PreparedBatch(tuple(prepared), WorkSize(cells, largest))
+        work += plan.work
+    return PreparedBatch(tuple(prepared), WorkSize(cells, largest, work))
 
 
 def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]:
