@@ -54,6 +54,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent not idle (all cores, /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def command_cpu_seconds(command: str) -> float:
+    """CPU seconds of every running process named `command` (e.g. postgres)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == command:
+                    total += cpu_seconds(int(entry.name))
+    return total
+
+
 def reset_peak(pid: int) -> None:
     """Reset VmHWM to the current RSS (Linux ≥ 4.0: write 5 to clear_refs)."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/clear_refs", "w") as handle:

@@ -9,12 +9,16 @@ a tree of small cliques whose fits are quick, and measuring — reading the stor
 columns and counting — is a real share of a job). After a warm-up, the jobs that
 succeed during `--duration` seconds are counted; jobs/min, how many model versions the
 fits made (fewer than jobs: fits coalesce), the fits' overlap per dataset (must be
-none) and the workers' peak RSS are reported per N.
+none) and the workers' peak RSS are reported per N, with the cores each kind of
+process kept busy over the run (CPU seconds / wall seconds: the workers, the API,
+PostgreSQL, this load generator, and the whole machine) — where jobs/min stops
+rising, this says whether the cores ran out.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import threading
 import time
@@ -22,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scale_data import Network
+from scale_service import command_cpu_seconds, cpu_seconds, machine_busy_seconds
 
 WARM_UP_SECONDS = 10.0
 JOB_RHO = 0.001
@@ -67,6 +72,16 @@ def _load(
         time.sleep(0.1)
 
 
+def _cpu(service: Any) -> dict[str, float]:
+    return {
+        "workers": service.worker_cpu_seconds(),
+        "api": cpu_seconds(service.api.pid),
+        "postgres": command_cpu_seconds("postgres"),
+        "load_generator": cpu_seconds(os.getpid()),
+        "machine": machine_busy_seconds(),
+    }
+
+
 def fit_overlaps(database_url: str) -> dict[str, int]:
     """Pairs of fits whose intervals overlap: within one dataset (must be 0) and across."""
     import psycopg
@@ -105,6 +120,7 @@ def run_scale_out(
             datasets = [api.upload(f"load-{k}", csv_path, schema, rho=1000.0) for k in range(4)]
             service.add_workers(count)
             service.reset_peaks()
+            cpu_before = _cpu(service)
             start = time.monotonic()
             window = (start + WARM_UP_SECONDS, start + WARM_UP_SECONDS + args.duration)
             done: list[float] = []
@@ -119,6 +135,11 @@ def run_scale_out(
                 thread.start()
             for thread in threads:
                 thread.join()
+            elapsed = time.monotonic() - start
+            busy = {
+                kind: round((after - cpu_before[kind]) / elapsed, 2)
+                for kind, after in _cpu(service).items()
+            }
             results.append(
                 {
                     "workers": count,
@@ -127,6 +148,7 @@ def run_scale_out(
                     **fit_overlaps(service.database_url),
                     "worker_peak_mb": service.worker_peak_mb(),
                     "api_peak_mb": service.api_peak_mb(),
+                    "busy_cores": busy,
                 }
             )
             print(f"workers={count}: {results[-1]}", flush=True)
