@@ -64,7 +64,7 @@ _write_threads = DEFAULT_WRITE_THREADS
 _answer_threads = DEFAULT_ANSWER_THREADS
 
 
-def configure(write_threads: int, answer_threads: int = DEFAULT_ANSWER_THREADS) -> None:
+def configure(write_threads: int, answer_threads: int) -> None:
     """Set the write pool's and the answer pool's sizes (at start-up, before requests)."""
     global _write_threads, _answer_threads
     _write_threads = write_threads

@@ -57,14 +57,14 @@ class TreePlan:
     subtree: tuple[int, ...]
     # (clique,) for the root's marginal, (clique, parent) for a conditional μ_C / μ_S.
     sources: tuple[tuple[int, ...], ...]
+    # Per source, the axes of its table summed out before the elimination: attributes
+    # no other table of the plan holds and the answer does not keep.
+    summed: tuple[tuple[int, ...], ...]
     elimination: EliminationPlan
     scopes: tuple[tuple[Variable, ...], ...] = ()
     keep: tuple[Variable, ...] = ()
     sliced: tuple[tuple[Variable, int], ...] = ()  # (attribute, size)
     keep_sizes: tuple[int, ...] = ()
-    # Per source, the axes of its table summed out before the elimination: attributes
-    # no other table of the plan holds and the answer does not keep.
-    summed: tuple[tuple[int, ...], ...] = ()
 
     @property
     def max_intermediate_cells(self) -> int:
@@ -221,11 +221,13 @@ class CalibratedTree:
             table = np.asarray(self._table(source).sum(axis=axes))
             table.setflags(write=False)
             with self._lock:
-                if self._reduction_cells + table.size > self._reduction_limit:
-                    self._reductions.clear()
-                    self._reduction_cells = 0
-                self._reductions[key] = table
-                self._reduction_cells += table.size
+                # Another thread may have kept the same sum meanwhile: count it once.
+                if key not in self._reductions:
+                    if self._reduction_cells + table.size > self._reduction_limit:
+                        self._reductions.clear()
+                        self._reduction_cells = 0
+                    self._reductions[key] = table
+                    self._reduction_cells += table.size
         return table
 
     # ---- planning -----------------------------------------------------------------
@@ -403,9 +405,7 @@ class CalibratedTree:
         """Execute a plan; the answer is multiplied by `scale` (e.g. N̂ for counts)."""
         tables = [
             self._reduced(source, axes)
-            for source, axes in zip(
-                plan.sources, plan.summed or ((),) * len(plan.sources), strict=True
-            )
+            for source, axes in zip(plan.sources, plan.summed, strict=True)
         ]
         tables.extend(np.asarray(t, dtype=float) for t in extra_tables)
         if plan.sliced:

@@ -9,6 +9,7 @@ between queries, and what is kept must stay within its bound.
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -91,3 +92,31 @@ def test_the_kept_sums_stay_within_their_bound_and_answers_stay_right() -> None:
         )
         assert tree._reduction_cells <= 40
         assert tree._reduction_cells == sum(t.size for t in tree._reductions.values())
+
+
+def test_a_sum_two_threads_make_at_once_is_kept_and_counted_once() -> None:
+    model = comb_model(4)
+    tree = model.calibrated_tree
+    plan = tree.plan(("x0", "x3"))
+    source, axes = next((s, a) for s, a in zip(plan.sources, plan.summed, strict=True) if a)
+    both_summing = threading.Barrier(2)
+    table = tree._table
+
+    def table_after_both_missed(wanted):
+        both_summing.wait(timeout=5)  # each thread has looked and found no kept sum
+        return table(wanted)
+
+    tree._table = table_after_both_missed  # type: ignore[method-assign]
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(tree._reduced(source, axes)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 2
+    np.testing.assert_array_equal(results[0], results[1])
+    assert list(tree._reductions) == [(source, axes)]
+    assert tree._reduction_cells == results[0].size

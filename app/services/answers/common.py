@@ -85,7 +85,7 @@ class WorkSize:
     intermediate_cells: int  # the largest table variable elimination builds
     # Σ over the elimination's steps of the cells each spans, times its slices: what
     # the time grows with (~0.2 ns a cell at the median on the bench's model).
-    work_cells: int = 0
+    work_cells: int
 
 
 def dumps(value: Any) -> bytes:
