@@ -49,6 +49,13 @@ class Settings(BaseSettings):
     max_marginal_cells: int = Field(
         default=1_000_000, gt=0, description="Largest marginal a measurement may ask for."
     )
+    max_request_cells: int = Field(
+        default=4_000_000,
+        gt=0,
+        description="Most cells one measurement request may draw noise for, over all its "
+        "marginals (422 request_too_large beyond): bounds how long one request keeps a "
+        "worker busy.",
+    )
     max_model_cells: int = Field(
         default=10_000_000, gt=0, description="Largest total clique size of a fitted model."
     )

@@ -402,6 +402,42 @@ class MeasurementRecord(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     status: Mapped[str] = mapped_column(String(16), default="active", server_default="active")
     quarantine_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The write-ahead record of the access that produced it (None only for rows stored
+    # before accesses were recorded).
+    access_id: Mapped[int | None] = mapped_column(
+        BigIntegerKey, ForeignKey("record_accesses.id"), nullable=True
+    )
+
+
+class RecordAccess(Base):
+    """One access to a dataset's raw records, recorded as used BEFORE it ran (write-ahead).
+
+    `app.services.gate` writes the row, commits, and only then lets the job read the
+    records: a measurement job's noise draws (`purpose` "measure", one row for the
+    job), or one round of a mechanism (`purpose` "round": its selection, which scores
+    true marginals, and its noise draw). `exact_rho` is the exact rational cost
+    ("p/q"); `rho_units` the same rounded up to the ledger's unit. What a job has
+    used is the sum of its rows, whatever became of the output: a refund returns only
+    what no row records, and a row whose output was never stored (`measurements.
+    access_id` names none of it) stays charged.
+    """
+
+    __tablename__ = "record_accesses"
+    __table_args__ = (
+        UniqueConstraint("job_id", "sequence"),
+        CheckConstraint("purpose IN ('measure', 'round')", name="purpose"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(36), ForeignKey("jobs.id"), index=True)
+    dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
+    sequence: Mapped[int] = mapped_column(Integer)
+    purpose: Mapped[str] = mapped_column(String(16))
+    # The measurement position (round index) the access pays for; None for "measure".
+    round_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    exact_rho: Mapped[str] = mapped_column(Text)
+    rho_units: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class ModelVersion(Base):

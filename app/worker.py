@@ -6,9 +6,11 @@ lock while fitting) every third of the lease; if the lease is lost, the worker
 abandons the job at the next step, leaving it to whoever holds it now.
 
 Running a measurement job:
-1. measure — in one transaction: unless the job's measurements are already stored,
-   compute the true marginals, add OpenDP's discrete noise, store the noisy counts
-   and record the stage. A retried job finds them and never draws again.
+1. measure — unless the job's measurements are already stored: pass the gate (the
+   charge recorded as used; a cancel asked for before stops the job here), compute
+   the true marginals, add OpenDP's discrete noise with no transaction open, and
+   store the noisy counts in one short transaction. A retried job finds them and
+   never draws again (`app.services.gate`).
 2. fit — `fits.ensure_fitted`: the first model version covering those measurements.
 3. succeed with that version.
 
@@ -38,7 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Self
 
 from sqlalchemy.exc import OperationalError
@@ -50,9 +52,9 @@ from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, mechanisms, quarantine, refits
+from app.services import fits, jobs, measuring, mechanisms, quarantine, refits
 from app.services import measurements as measurement_service
-from app.services.columns import ColumnCache, ColumnLoader
+from app.services.gate import RecordCache
 from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
@@ -145,7 +147,7 @@ class Worker:
         self.settings = settings
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.poll_seconds = settings.worker_poll_seconds if poll_seconds is None else poll_seconds
-        self.columns = ColumnCache()
+        self.columns = RecordCache()
         self.held_fit_locks: set[str] = set()
         self._heartbeat: Heartbeat | None = None
         self._last_progress: dict[str, Any] = {}
@@ -250,13 +252,6 @@ class Worker:
                 dataset_service.get_dataset(session, dataset_id)
             ).domain()
 
-    def columns_of(self, dataset_id: str) -> ColumnLoader:
-        def load(attributes: Iterable[str]) -> dict[str, Any]:
-            with self.database.read_only() as session:
-                return self.columns.get(session, dataset_id, attributes)
-
-        return load
-
     def fit_options(self) -> fits.FitOptions:
         return fits.FitOptions(
             solver=self.settings.fit_solver,
@@ -299,15 +294,10 @@ class Worker:
     def run_measurement(self, job: Job) -> dict[str, Any]:
         domain = self.domain_of(job.dataset_id)
         self.progress(job, {"stage": "measuring"})
-        with self.database.unit_of_work() as session:
-            jobs.require_lease(session, job_id=job.id, owner=self.worker_id)
-            if not jobs.noise_drawn(session, job.id):
-                # The one safe point of a measurement: once its noise is drawn it is a
-                # release, and the job goes on to put it in the model.
-                jobs.stop_if_cancelled(session, job.id)
-            drawn = measurement_service.measure_job(
-                session, job, self.columns_of(job.dataset_id), domain
-            )
+        # The one safe point of a measurement is its gate: once the access is recorded
+        # its noise is drawn and stored, and the job goes on to put it in the model.
+        drawn = measuring.measure_job(self, job, domain)
+        with self.database.read_only() as session:
             high_water = measurement_service.high_water(
                 session, dataset_id=job.dataset_id, job_id=job.id
             )

@@ -106,7 +106,8 @@ def run_oneway(domain, true_marginal, rho, options):  # type: ignore[no-untyped-
     run = MechanismRun("oneway", domain, true_marginal, rho, {}, options=options)
     sigma = smallest_scale_for_rho(Fraction(rho / len(domain)))
     for a in domain.attributes:
-        run.measure("measure", (a,), sigma, 0.0)
+        with run.access("measure", sigma, 0.0):
+            run.measure("measure", (a,), sigma, 0.0)
     run.refit()
     return run.finish()
 

@@ -1,7 +1,9 @@
-"""The records a worker counts from: exact marginals of the stored columns, and the cache
-of decoded columns a worker keeps (one entry per dataset and attribute, bounded in bytes).
+"""The record reader: the stored columns decoded, exact marginals of them, and the cache of
+decoded columns a worker keeps (one entry per dataset and attribute, bounded in bytes).
 
-`true_marginal` is the one place a measurement reads the data, so it can move (chunked
+Only `app.services.gate` imports this module (an import-linter contract says so): every
+read of raw records passes the gate, which records its cost as used before it reads.
+`true_marginal` is the one place a measurement counts the data, so it can move (chunked
 columns, a GROUP BY pushed down to the database) without touching anything else.
 """
 
@@ -9,17 +11,35 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from cachetools import LRUCache
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from app.db import Dataset
-from app.errors import RecordsPurged
+from app.db import Dataset, DatasetColumn
+from app.errors import NotFound, RecordsPurged
+from app.ingest import unpack_column
 from app.pgm.domain import Domain
-from app.services import datasets as dataset_service
+
+
+def load_columns(
+    session: Session, dataset_id: str, attributes: Iterable[str] | None = None
+) -> dict[str, np.ndarray]:
+    """The stored integer codes of the named attributes (all if None), by name."""
+    query = select(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id)
+    wanted = None if attributes is None else set(attributes)
+    if wanted is not None:
+        query = query.where(DatasetColumn.name.in_(wanted))
+    columns = {
+        column.name: unpack_column(column.data)
+        for column in session.scalars(query.order_by(DatasetColumn.position))
+    }
+    if wanted is not None and wanted - columns.keys():
+        missing = ", ".join(sorted(wanted - columns.keys()))
+        raise NotFound(f"dataset {dataset_id} has no stored column(s): {missing}")
+    return columns
 
 
 def true_marginal(
@@ -40,8 +60,6 @@ def true_marginal(
 
 # Columns a worker keeps decoded: 2M rows × 40 one-byte columns are 80 MB; 10⁷ rows, 400 MB.
 COLUMN_CACHE_BYTES = 1 << 30
-
-ColumnLoader = Callable[[Iterable[str]], dict[str, np.ndarray]]
 
 
 class ColumnCache:
@@ -76,7 +94,7 @@ class ColumnCache:
                     found[name] = column
         missing = [name for name in wanted if name not in found]
         if missing:
-            loaded = dataset_service.load_columns(session, dataset_id, missing)
+            loaded = load_columns(session, dataset_id, missing)
             found.update(loaded)
             with self._lock:
                 for name, column in loaded.items():

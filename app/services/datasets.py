@@ -1,4 +1,4 @@
-"""Datasets: upload (parse, validate, encode, store), visibility, and reading columns back.
+"""Datasets: upload (parse, validate, encode, store), visibility, and retiring them.
 
 An upload is encoded completely (`app.ingest.encode_csv`, streaming, no database)
 before the session is touched, so a bad file writes nothing and a large one does not
@@ -16,7 +16,6 @@ pointing somewhere. Neither runs while a job of the dataset is queued or running
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, BinaryIO
 
@@ -35,7 +34,7 @@ from app.db import (
     utcnow,
 )
 from app.errors import InvalidRequest, JobsPending, NotFound, PrivqError, RecordsPurged
-from app.ingest import IngestError, encode_csv, pack_columns, unpack_column
+from app.ingest import IngestError, encode_csv, pack_columns
 from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
 from app.services import jobs
@@ -243,21 +242,3 @@ def delete_dataset(session: Session, dataset_id: str) -> Dataset:
 
 def dataset_schema(dataset: Dataset) -> DatasetSchema:
     return parse_schema(dataset.schema_json)
-
-
-def load_columns(
-    session: Session, dataset_id: str, attributes: Iterable[str] | None = None
-) -> dict[str, np.ndarray]:
-    """The stored integer codes of the named attributes (all if None), by name."""
-    query = select(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id)
-    wanted = None if attributes is None else set(attributes)
-    if wanted is not None:
-        query = query.where(DatasetColumn.name.in_(wanted))
-    columns = {
-        column.name: unpack_column(column.data)
-        for column in session.scalars(query.order_by(DatasetColumn.position))
-    }
-    if wanted is not None and wanted - columns.keys():
-        missing = ", ".join(sorted(wanted - columns.keys()))
-        raise NotFound(f"dataset {dataset_id} has no stored column(s): {missing}")
-    return columns

@@ -7,9 +7,10 @@ PostgreSQL; on SQLite the IMMEDIATE transaction already serialises claimers — 
 hold a lease they renew while they work. A job whose lease expired (its worker died)
 is claimable again; after `MAX_ATTEMPTS` claims it fails for good.
 
-A job that fails (or is abandoned) is refunded, in the same transaction, exactly the
-ρ it has not used on data (`app.services.refunds`): all of it if no noise was drawn,
-the unused rounds of a mechanism stopped part-way; noise drawn stays charged.
+A job that fails (or is abandoned, or is cancelled) is refunded, in the same
+transaction, exactly the ρ no access to the records recorded as used
+(`app.services.refunds`, `app.services.gate`): all of it if none passed the gate, the
+rounds a mechanism stopped part-way never began; what passed the gate stays charged.
 
 `JobRunner` is what a job handler (a plain measurement, or a mechanism in
 `app.services.mechanisms`) needs from whoever runs it; `app.worker.Worker` is one.
@@ -18,7 +19,7 @@ Services see the worker only through it, so they never import the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -197,8 +198,9 @@ class JobCancelled(RuntimeError):
 
 
 def stop_if_cancelled(session: Session, job_id: str) -> None:
-    """JobCancelled if cancelling the job was asked for (a safe point: call it before
-    drawing noise, never between drawing and storing it)."""
+    """JobCancelled if cancelling the job was asked for. A safe point: the gate calls it
+    before recording an access (`app.services.gate`), never between the gate and storing
+    what the access produced."""
     requested = session.scalar(select(Job.cancel_requested_at).where(Job.id == job_id))
     if requested is not None:
         raise JobCancelled()
@@ -219,12 +221,25 @@ def finish_cancelled(session: Session, job: Job, *, reason: str = "cancelled on 
     return refunded
 
 
+class RecordSource(Protocol):
+    """A worker's cache of decoded columns (`app.services.gate.RecordCache`). Only the gate
+    reads through it, after recording the access as used."""
+
+    def get(
+        self, session: Session, dataset_id: str, attributes: Iterable[str]
+    ) -> dict[str, np.ndarray]: ...
+
+
 class JobRunner(Protocol):
     """What a job handler uses of the worker that runs it (`app.worker.Worker`)."""
 
     database: Database
     settings: Settings
     worker_id: str
+
+    @property
+    def columns(self) -> RecordSource:
+        """The worker's decoded columns (read only through `app.services.gate`)."""
 
     def check_lease(self) -> None:
         """LeaseLost if the job's lease was lost since the last renewal."""
@@ -234,9 +249,6 @@ class JobRunner(Protocol):
 
     def domain_of(self, dataset_id: str) -> Domain:
         """The dataset's domain."""
-
-    def columns_of(self, dataset_id: str) -> Callable[[Iterable[str]], dict[str, np.ndarray]]:
-        """A loader of the named attributes' decoded columns (called only when needed)."""
 
     def fit_covering(self, job: Job, high_water: int, domain: Domain) -> int:
         """The model version covering measurements up to `high_water`, fitting if needed."""

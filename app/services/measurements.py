@@ -1,11 +1,9 @@
 """Measurements: price and queue a request, draw the noise once, store it, read it back.
 
-`request` validates everything first (attributes, the cell cap, the model that the
+`request` validates everything first (attributes, the cell caps, the model that the
 dataset's measurements plus these would make), then in the caller's ONE transaction
-charges the ledger and creates the job. The worker's `measure_job` computes the
-true marginals from the stored columns, adds OpenDP's exact discrete noise and
-stores the noisy counts — in one transaction, before anything else uses them; a
-retried job finds them and never draws again.
+charges the ledger and creates the job. The worker's side (the gate, the draw) is
+`app.services.measuring`; `store` adds a noisy marginal, before anything uses it.
 
 Pricing is exact: a ρ given by the client is split equally over the k marginals and
 each σ (or b) is the smallest float whose exact rational cost fits its share; a σ
@@ -40,12 +38,15 @@ from app.pgm.measurement import Measurement
 from app.privacy import noise
 from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
 from app.services import jobs, ledger
-from app.services.columns import ColumnLoader, true_marginal
 from app.services.pages import Page, page
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
 MAX_MARGINALS_PER_REQUEST = 1000
+
+
+class RequestTooLarge(InvalidRequest, code="request_too_large"):
+    """The request asks for more cells in all than one measurement may draw noise for."""
 
 
 class ModelTooLargeRequest(InvalidRequest, code="model_too_large"):
@@ -71,9 +72,15 @@ class MeasurementPlan:
 
 
 def check_attribute_sets(
-    domain: Domain, marginals: Sequence[Sequence[str]], *, max_cells: int, field: str = "marginals"
+    domain: Domain,
+    marginals: Sequence[Sequence[str]],
+    *,
+    max_cells: int,
+    field: str = "marginals",
+    max_total_cells: int | None = None,
 ) -> tuple[tuple[str, ...], ...]:
-    """Each marginal: known, distinct, non-empty attributes within the cell cap (422 otherwise)."""
+    """Each marginal: known, distinct, non-empty attributes within the cell cap, and with
+    `max_total_cells`, all of them together within it (422 otherwise)."""
     if not marginals:
         raise InvalidRequest(f"{field} must list at least one marginal")
     if len(marginals) > MAX_MARGINALS_PER_REQUEST:
@@ -97,6 +104,14 @@ def check_attribute_sets(
                 f"{field}[{index}] {list(attrs)} has {cells} cells; at most {max_cells} are allowed"
             )
         checked.append(attrs)
+    total = sum(domain.cells(attrs) for attrs in checked)
+    if max_total_cells is not None and total > max_total_cells:
+        raise RequestTooLarge(
+            f"{field} ask for {total} cells in all; one request may ask for at most "
+            f"{max_total_cells} (noise is drawn for every cell). Split it into several requests",
+            cells=total,
+            max_request_cells=max_total_cells,
+        )
     return tuple(checked)
 
 
@@ -194,6 +209,7 @@ def plan(
     rho_units_total: int | None,
     scale: float | None,
     max_marginal_cells: int,
+    max_request_cells: int | None = None,
 ) -> MeasurementPlan:
     """Validate a request and price it exactly (no database).
 
@@ -202,7 +218,9 @@ def plan(
     """
     if noise_kind not in NOISE_KINDS:
         raise InvalidRequest(f"noise must be one of {list(NOISE_KINDS)}, not {noise_kind!r}")
-    checked = check_attribute_sets(domain, marginals, max_cells=max_marginal_cells)
+    checked = check_attribute_sets(
+        domain, marginals, max_cells=max_marginal_cells, max_total_cells=max_request_cells
+    )
     k = len(checked)
     scale_name = "sigma" if noise_kind == "gaussian" else "scale"
     if (rho_units_total is None) == (scale is None):
@@ -310,13 +328,6 @@ def submit(
 # -- the worker's side ----------------------------------------------------------------
 
 
-def draw(kind: str, counts: np.ndarray, scale: float) -> np.ndarray:
-    """Released noise: OpenDP's exact discrete Gaussian / discrete Laplace on integer counts."""
-    if kind == "gaussian":
-        return noise.discrete_gaussian(counts, scale)
-    return noise.discrete_laplace(counts, scale)
-
-
 def store(
     session: Session,
     *,
@@ -328,8 +339,10 @@ def store(
     scale: float,
     rho_units_used: int,
     values: np.ndarray,
+    access_id: int | None,
     details: dict[str, Any] | None = None,
 ) -> MeasurementRecord:
+    """Add one noisy marginal, naming the gate access that produced it; never commits."""
     record = MeasurementRecord(
         dataset_id=dataset_id,
         job_id=job_id,
@@ -340,40 +353,12 @@ def store(
         rho_units=int(rho_units_used),
         values=pack_column(np.asarray(values, dtype=np.int64)),
         details=details,
+        access_id=access_id,
     )
     session.add(record)
     session.flush()
     record_pending_measurement(session, dataset_id, noise_kind)
     return record
-
-
-def measure_job(session: Session, job: Job, columns: ColumnLoader, domain: Domain) -> bool:
-    """Draw and store the job's noisy marginals unless already stored; never commits.
-
-    Returns True if noise was drawn now, False if the measurements were already there.
-    """
-    if jobs.noise_drawn(session, job.id):
-        return False
-    params = job.params
-    marginals = [tuple(m) for m in params["marginals"]]
-    per_marginal_units = params["rho_units"] // len(marginals)
-    # One read of just the attributes counted over, shared by every marginal of the job.
-    data = columns(a for attrs in marginals for a in attrs)
-    for position, attrs in enumerate(marginals):
-        counts = true_marginal(data, domain, attrs)
-        noisy = draw(params["noise"], counts, params["scale"])
-        store(
-            session,
-            dataset_id=job.dataset_id,
-            job_id=job.id,
-            position=position,
-            attributes=attrs,
-            noise_kind=params["noise"],
-            scale=params["scale"],
-            rho_units_used=per_marginal_units,
-            values=noisy,
-        )
-    return True
 
 
 def to_pgm(record: MeasurementRecord) -> Measurement:

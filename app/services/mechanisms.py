@@ -4,8 +4,14 @@
 the job in one transaction (`measurements.submit`). The worker's `run_job` drives
 `app.privacy.mechanisms` with:
 
-- the dataset's true marginals (the mechanism never sees rows),
-- the rounds this job already stored (a resumed job replays them: no noise twice),
+- the gate (`app.services.gate`): each round records its exact cost as used, and is
+  checked for cancellation and the lease, BEFORE its selection scores true marginals
+  and its noise is drawn; nothing is checked between the gate and storing the round,
+- the dataset's true marginals, readable only inside the gate (the mechanism never
+  sees rows),
+- the rounds this job already stored (a resumed job replays them: nothing selected or
+  drawn twice), and the cost of rounds that passed the gate but were never stored
+  (spent, never redone),
 - `on_round`, which stores each round as a measurement row and commits BEFORE the
   mechanism uses it,
 - the dataset's other measurements as context (post-processing, free).
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from fractions import Fraction
 from itertools import combinations
 from typing import Any
@@ -42,12 +49,12 @@ from app.privacy.mechanisms import (
     MechanismResult,
     Progress,
     Round,
+    RoundAccess,
     run_aim,
     run_mwem,
 )
-from app.services import columns as column_service
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, ledger, quarantine
+from app.services import fits, gate, jobs, ledger, quarantine
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
@@ -183,9 +190,12 @@ def submit(
 # -- the worker's side ----------------------------------------------------------------
 
 
-def check_spent(rounds: Sequence[Round], charged_units: int) -> Fraction:
-    """Exact total ρ of the rounds; BudgetOverspent if it exceeds the exact charge."""
-    spent = sum((r.exact_cost for r in rounds), Fraction(0))
+def check_spent(
+    rounds: Sequence[Round], charged_units: int, lost: Sequence[Fraction] = ()
+) -> Fraction:
+    """Exact total ρ of the rounds (and of those lost after the gate); BudgetOverspent if
+    it exceeds the exact charge."""
+    spent = sum((r.exact_cost for r in rounds), sum(lost, Fraction(0)))
     charged = Fraction(charged_units, UNITS_PER_RHO)
     if spent > charged:
         raise BudgetOverspent(f"mechanism spent {float(spent)!r} ρ of {float(charged)!r} charged")
@@ -214,19 +224,19 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     """Run (or resume) the job's mechanism, then make the model version that covers it."""
     params = job.params
     domain = worker.domain_of(job.dataset_id)
-    columns = worker.columns_of(job.dataset_id)
-    data: dict[str, Any] = {}
+    records = gate.RecordGate(worker, job, domain)
+    workload_attributes = [a for marginal in params["workload"] for a in marginal]
 
     def true_marginal(attrs: tuple[str, ...]) -> Any:
-        if not data:  # every attribute of the workload, in one read, on first use
-            data.update(columns(a for marginal in params["workload"] for a in marginal))
-        missing = [a for a in attrs if a not in data]
-        if missing:
-            data.update(columns(missing))
-        return column_service.true_marginal(data, domain, attrs)
+        # every attribute of the workload in one read, on first use; only inside the gate
+        return records.marginal(attrs, preload=workload_attributes)
+
+    def open_gate(access: RoundAccess) -> AbstractContextManager[object]:
+        return records.open(purpose="round", exact_rho=access.exact_cost, round_index=access.index)
 
     with worker.database.read_only() as session:
         completed = stored_rounds(session, job.id)
+        lost = [Fraction(a.exact_rho) for a in gate.lost_accesses(session, job.id)]
         others = [
             measurement_service.to_pgm(r)
             for r in measurement_service.list_for_dataset(session, job.dataset_id, active_only=True)
@@ -235,11 +245,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     rho = units_to_rho(params["rho_units"]) * SAFETY
 
     def on_round(round_: Round) -> None:
-        worker.check_lease()
-        with worker.database.unit_of_work() as session:
-            jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
-            # A safe point: this round's noise is not stored, so it was never released.
-            jobs.stop_if_cancelled(session, job.id)
+        # Inside the gate: no cancellation check here, the round is paid for and stored.
+        with records.store_fence() as session:
             measurement_service.store(
                 session,
                 dataset_id=job.dataset_id,
@@ -250,6 +257,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
                 scale=round_.sigma,
                 rho_units_used=math.ceil(round_.exact_cost * UNITS_PER_RHO),
                 values=round_.values,
+                access_id=records.access_id,
                 details=_round_details(round_),
             )
 
@@ -282,6 +290,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
             on_round=on_round,
             on_progress=on_progress,
             base_measurements=others,
+            gate=open_gate,
+            lost_rounds=[float(cost) for cost in lost],
         )
     except jobs.JobCancelled:
         # The rounds already stored are releases: they stay charged and go into the model.
@@ -292,7 +302,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         if stored:
             worker.fit_covering(job, stored, domain)
         raise
-    spent = check_spent(result.rounds, params["rho_units"])
+    spent = check_spent(result.rounds, params["rho_units"], lost)
 
     with worker.database.read_only() as session:
         high_water = measurement_service.high_water(session, dataset_id=job.dataset_id)

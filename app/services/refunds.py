@@ -1,14 +1,18 @@
 """Refunds: give back exactly the ρ a job has not used on data — one service for every ending.
 
-A job is charged up front. What it has *used* is what its released noise cost, and
-its released noise is exactly its stored measurement rows (noise is stored before
-anything uses it):
+A job is charged up front. What it has *used* is every access to the records that
+passed the gate (`app.services.gate`), which records an access's exact cost BEFORE the
+access reads anything — whether or not its output was ever stored or seen:
 
-- a measurement job draws all of its marginals in one transaction: once any row
-  exists the whole charge is used; before that, nothing is;
-- a mechanism job (AIM, MWEM) stores one row per round; a round cost 1/(2σ²) + ε²/8
-  exactly (the rationals of the floats it used), so a run stopped at round k used
-  the sum of its k rounds' exact costs, rounded UP to the ledger's unit.
+- a measurement job's one access costs its whole charge (all its marginals are
+  drawn together);
+- a mechanism job (AIM, MWEM) records one access per round, at the round's exact
+  cost 1/(2σ²) + ε²/8 (the rationals of the floats it used): its selection and its
+  draw. A run stopped at round k used the exact sum of the rounds that began,
+  rounded UP to the ledger's unit.
+
+Measurements stored before accesses were recorded count too: the used ρ is the larger
+of what the accesses and what the stored rows account for.
 
 `refund_unused(session, job_id, reason=...)` appends one refund line (a ledger line of
 its own, never an edit) for the difference between what is still charged for the job
@@ -24,7 +28,7 @@ from fractions import Fraction
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db import Job, LedgerEntry, MeasurementRecord
+from app.db import Job, LedgerEntry, MeasurementRecord, RecordAccess
 from app.errors import LedgerInvariantViolated
 from app.privacy.mechanisms.budget import exact_round_cost
 from app.services import ledger
@@ -41,8 +45,32 @@ def _job_units(session: Session, job_id: str) -> tuple[int, int]:
     return sum(a for a in amounts if a > 0), sum(amounts)
 
 
+def units_up(exact: Fraction) -> int:
+    """Rounded up, in integers: ⌈p·U/q⌉ = −⌊−p·U/q⌋."""
+    return -(-exact.numerator * UNITS_PER_RHO // exact.denominator)
+
+
+def accessed_units(session: Session, job_id: str) -> int:
+    """Units of every access to the records the job recorded (exact sum, rounded up)."""
+    exact = sum(
+        (
+            Fraction(text)
+            for text in session.scalars(
+                select(RecordAccess.exact_rho).where(RecordAccess.job_id == job_id)
+            ).all()
+        ),
+        Fraction(0),
+    )
+    return units_up(exact)
+
+
 def used_units(session: Session, job: Job) -> int:
-    """Units of the job's charge spent on released noise (rounded up)."""
+    """Units of the job's charge used on the records: every access the gate recorded, and
+    at least what its stored measurements cost (rounded up)."""
+    return max(accessed_units(session, job.id), _stored_units(session, job))
+
+
+def _stored_units(session: Session, job: Job) -> int:
     records = session.scalars(
         select(MeasurementRecord)
         .where(MeasurementRecord.job_id == job.id)
@@ -60,8 +88,7 @@ def used_units(session: Session, job: Job) -> int:
         ),
         Fraction(0),
     )
-    # Rounded up, in integers: ⌈p·U/q⌉ = −⌊−p·U/q⌋.
-    return -(-exact.numerator * UNITS_PER_RHO // exact.denominator)
+    return units_up(exact)
 
 
 def refund_unused(session: Session, job: Job, *, reason: str) -> int:
@@ -77,14 +104,14 @@ def refund_unused(session: Session, job: Job, *, reason: str) -> int:
     if used > charged:
         # A mechanism's rounds never cost more than its charge (checked as they run).
         raise LedgerInvariantViolated(
-            "a job's released noise cost more than was charged for it", job_id=job.id
+            "a job's accesses to the records cost more than was charged for it", job_id=job.id
         )
     if used == 0:
-        description = f"{reason}: no noise was drawn; the whole charge is refunded"
+        description = f"{reason}: nothing read the records; the whole charge is refunded"
     else:
         description = (
-            f"{reason}: rho={units_to_decimal_str(used)} was spent on noise already "
-            "released; the rest is refunded"
+            f"{reason}: rho={units_to_decimal_str(used)} was spent on accesses to the "
+            "records that already ran; the rest is refunded"
         )
     return ledger.refund(
         session, job_id=job.id, rho_units=still_charged - used, description=description

@@ -29,7 +29,7 @@ from app.pgm.measurement import Measurement
 from app.pgm.queries import FactoredQuery
 from app.schema import parse_schema
 from app.services import models as model_service
-from app.services.datasets import load_columns
+from app.services.columns import load_columns
 
 SCHEMA = {
     "attributes": [

@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 
 from app.api import create_app
 from app.db import Dataset, DatasetColumn
-from app.services.datasets import load_columns
+from app.services.columns import load_columns
 
 RHO_TOTAL_RANGE = "0 < rho_total ≤ 1e6"
 

@@ -112,6 +112,7 @@ def test_measurements_page(client, api, database) -> None:
         for position in range(3):
             measurement_service.store(
                 session,
+                access_id=None,  # a row written directly, as before accesses were recorded
                 dataset_id=dataset["id"],
                 job_id=job_id,
                 position=position,

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.db import Database
 from app.pgm.domain import Domain
-from app.services import datasets as dataset_service
+from app.services import columns as column_service
 from app.services.columns import ColumnCache, true_marginal
 from app.worker import Worker
 
@@ -52,13 +52,13 @@ def test_the_column_cache_loads_only_what_is_asked_and_not_cached(
 ) -> None:
     dataset = api.upload_dataset(adult_slice(300), adult_domain())
     asked: list[list[str]] = []
-    real_load = dataset_service.load_columns
+    real_load = column_service.load_columns
 
     def spy(session: Any, dataset_id: str, attributes: Any = None) -> Any:
         asked.append(sorted(attributes))
         return real_load(session, dataset_id, attributes)
 
-    monkeypatch.setattr(dataset_service, "load_columns", spy)
+    monkeypatch.setattr(column_service, "load_columns", spy)
     cache = ColumnCache()
     with database.read_only() as session:
         first = cache.get(session, dataset["id"], ["sex", "race", "sex"])
@@ -91,12 +91,12 @@ def test_a_measurement_job_reads_only_the_columns_it_counts(
     )
     assert response.status_code == 202
     asked: list[list[str]] = []
-    real_load = dataset_service.load_columns
+    real_load = column_service.load_columns
 
     def spy(session: Any, dataset_id: str, attributes: Any = None) -> Any:
         asked.append(sorted(attributes))
         return real_load(session, dataset_id, attributes)
 
-    monkeypatch.setattr(dataset_service, "load_columns", spy)
+    monkeypatch.setattr(column_service, "load_columns", spy)
     assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 1
     assert asked == [["age", "race", "sex"]]

@@ -1,7 +1,8 @@
 """Honest refunds: a failed or abandoned job gets back exactly the ρ it never used on data.
 
-Nothing drawn → the whole charge; a mechanism stopped after k rounds → the charge less
-the exact rational cost of those k rounds (rounded up to the ledger's unit); noise
+Nothing through the gate → the whole charge; a mechanism stopped in round k → the
+charge less the exact rational cost of every round that passed the gate (rounded up to
+the ledger's unit), the round that broke included though it was never stored; noise
 drawn stays charged. Each refund is a ledger line of its own.
 """
 
@@ -17,7 +18,7 @@ from conftest import ApiHelper, adult_domain, adult_slice, job_row
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import Database, Job, LedgerEntry, MeasurementRecord, utcnow
+from app.db import Database, Job, LedgerEntry, MeasurementRecord, RecordAccess, utcnow
 from app.privacy.mechanisms.budget import exact_round_cost
 from app.services import jobs, refunds
 from app.services import measurements as measurement_service
@@ -50,6 +51,14 @@ def ledger_lines(database: Database, job_id: str) -> list[tuple[str, int, str]]:
 
 
 def used_exactly(database: Database, job_id: str) -> Fraction:
+    """The exact ρ of every access the gate recorded for the job."""
+    with database.read_only() as session:
+        accesses = session.query(RecordAccess).filter_by(job_id=job_id).all()
+        return sum((Fraction(a.exact_rho) for a in accesses), Fraction(0))
+
+
+def stored_exactly(database: Database, job_id: str) -> Fraction:
+    """The exact ρ of the rounds the job stored."""
     with database.read_only() as session:
         records = session.query(MeasurementRecord).filter_by(job_id=job_id).all()
         return sum(
@@ -107,14 +116,20 @@ def test_a_mechanism_stopped_at_round_k_refunds_exactly_the_unused_rounds(
     assert any(r.exc_info for r in caplog.records if r.getMessage().startswith("job failed"))
 
     used = used_exactly(database, job_id)
-    assert used > 0
+    stored = stored_exactly(database, job_id)
+    with database.read_only() as session:
+        accesses = session.query(RecordAccess).filter_by(job_id=job_id).count()
+        rounds = session.query(MeasurementRecord).filter_by(job_id=job_id).count()
+    # Round 3 passed the gate, selected and drew, then its store broke: it stays charged.
+    assert (accesses, rounds) == (4, 3)
+    assert used > stored > 0
     charge = 25 * UNITS_PER_RHO // 100
     lines = ledger_lines(database, job_id)
     assert [(kind_, units) for kind_, units, _ in lines] == [
         ("charge", charge),
         ("refund", -(charge - ceil_units(used))),
     ]
-    assert "spent on noise already released" in lines[1][2]
+    assert "spent on accesses to the records that already ran" in lines[1][2]
 
 
 def test_an_abandoned_mechanism_refunds_the_rounds_it_never_ran(
@@ -149,6 +164,8 @@ def test_an_abandoned_mechanism_refunds_the_rounds_it_never_ran(
     Worker(database, settings, poll_seconds=0.01).run_until_idle()
     job_after = job_row(database, job_id)
     assert job_after.status == "failed" and "abandoned" in (job_after.error or "")
+    # The round the dying worker had drawn but not stored stays charged.
+    assert used_exactly(database, job_id) > stored_exactly(database, job_id) > 0
     charge = 2 * UNITS_PER_RHO // 10
     lines = ledger_lines(database, job_id)
     assert [(k, u) for k, u, _ in lines] == [

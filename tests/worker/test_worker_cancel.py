@@ -150,3 +150,76 @@ def test_a_cancelled_job_whose_worker_died_is_finished_by_the_next_claim(
         ("charge", 300_000_000_000),
         ("refund", -300_000_000_000),
     ]
+
+
+def cancel_inside_selection(monkeypatch, database, job_id: str, at_call: int) -> list[float]:
+    """Ask for the job's cancellation from inside its `at_call`-th exponential-mechanism
+    selection (the moment an attacker's cancel lands while the selection scores the true
+    marginals); returns the ε of every selection that ran."""
+    from app.privacy import selection
+
+    real = selection.exponential_mechanism
+    epsilons: list[float] = []
+
+    def spy(scores, epsilon, sensitivity):  # type: ignore[no-untyped-def]
+        epsilons.append(epsilon)
+        if len(epsilons) == at_call:
+            request_cancel(database, job_id)
+        return real(scores, epsilon, sensitivity)
+
+    monkeypatch.setattr(selection, "exponential_mechanism", spy)
+    return epsilons
+
+
+def test_a_cancel_that_lands_inside_a_selection_does_not_refund_that_round(
+    client, api, database, settings, monkeypatch
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    job_id = client.post(
+        f"/v1/datasets/{dataset['id']}/mechanisms/mwem",
+        json={"rho": 0.3, "workload": [["sex", "age"], ["sex"], ["age"]], "rounds": 3},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+    selections = cancel_inside_selection(monkeypatch, database, job_id, at_call=2)
+    assert Worker(database, settings, poll_seconds=0.01).run_once()
+    job = client.get(f"/v1/jobs/{job_id}", headers=tenant["headers"]).json()
+    assert job["status"] == "cancelled"
+    with database.read_only() as session:
+        rounds = session.scalars(
+            select(MeasurementRecord)
+            .where(MeasurementRecord.job_id == job_id)
+            .order_by(MeasurementRecord.position)
+        ).all()
+    # The selection the cancel landed in ran: its round is drawn, stored and charged, and
+    # the third round never began (no selection of its own).
+    assert len(selections) == 2 and len(rounds) == 2
+    exact = sum(
+        (exact_round_cost(r.scale, float((r.details or {}).get("epsilon", 0.0))) for r in rounds),
+        Fraction(0),
+    )
+    assert all(float((r.details or {})["epsilon"]) > 0 for r in rounds)
+    charged = 300_000_000_000
+    kept = sum(units for _, units in ledger_of(database, job_id))
+    assert Fraction(kept, UNITS_PER_RHO) >= exact
+    assert ledger_of(database, job_id) == [
+        ("charge", charged),
+        ("refund", -(charged - math.ceil(exact * UNITS_PER_RHO))),
+    ]
+
+
+def test_a_one_round_run_cancelled_inside_its_selection_is_not_refunded(
+    client, api, database, settings, monkeypatch
+) -> None:
+    """The timing attack: a one-round MWEM cancelled as soon as it runs. Its selection ran,
+    so it finishes its round and keeps its whole charge: nothing to learn for free."""
+    tenant, dataset = api.tenant_with_grant(1)
+    job_id = client.post(
+        f"/v1/datasets/{dataset['id']}/mechanisms/mwem",
+        json={"rho": 0.2, "workload": [["sex", "age"], ["sex"]], "rounds": 1},
+        headers=tenant["headers"],
+    ).json()["job_id"]
+    cancel_inside_selection(monkeypatch, database, job_id, at_call=1)
+    assert Worker(database, settings, poll_seconds=0.01).run_once()
+    job = client.get(f"/v1/jobs/{job_id}", headers=tenant["headers"]).json()
+    assert job["cancel_requested_at"] and job["status"] == "succeeded"
+    assert ledger_of(database, job_id) == [("charge", 200_000_000_000)]

@@ -22,7 +22,8 @@ from app.config import Settings
 from app.db import Database, LedgerEntry
 from app.errors import InvalidRequest
 from app.logs import JsonFormatter
-from app.services import measurements as measurement_service
+from app.services import gate as gate_service
+from app.services.rho import UNITS_PER_RHO
 from app.worker import Worker
 
 SECRET_ROWS = "48842"
@@ -56,7 +57,7 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_quoted_nowhere(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise ValueError(f"cannot reshape an array of {SECRET_ROWS} rows")
 
-    monkeypatch.setattr(measurement_service, "true_marginal", broken)
+    monkeypatch.setattr(gate_service, "true_marginal", broken)
     with caplog.at_level(logging.INFO, logger="privq"):
         Worker(database, settings, poll_seconds=0.01).run_until_idle()
     job = job_row(database, job_id)
@@ -73,7 +74,8 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_quoted_nowhere(
     assert "Traceback (most recent call last)" in traceback
     assert "in broken" in traceback and "in run_measurement" in traceback
     assert traceback.endswith("ValueError: (message withheld: may quote data)")
-    assert net_units(database, job_id) == 0  # nothing was drawn: all refunded
+    # It failed after the gate recorded its access to the records: that stays charged.
+    assert net_units(database, job_id) == UNITS_PER_RHO // 10
 
 
 def test_a_refusal_fails_the_job_with_its_own_message(
@@ -89,11 +91,11 @@ def test_a_refusal_fails_the_job_with_its_own_message(
     def refused(*_args: Any, **_kwargs: Any) -> Any:
         raise InvalidRequest("marginals[0] names an attribute the dataset no longer has")
 
-    monkeypatch.setattr(measurement_service, "true_marginal", refused)
+    monkeypatch.setattr(gate_service, "true_marginal", refused)
     with caplog.at_level(logging.INFO, logger="privq"):
         Worker(database, settings, poll_seconds=0.01).run_until_idle()
     job = job_row(database, job_id)
     assert job.status == "failed"
     assert job.error == "marginals[0] names an attribute the dataset no longer has"
     assert not any(r.exc_info for r in caplog.records)
-    assert net_units(database, job_id) == 0
+    assert net_units(database, job_id) == UNITS_PER_RHO // 10  # refused inside the gate

@@ -22,7 +22,12 @@ from app.privacy.mechanisms.bounds import (
     theorem2_bound,
     theorem4_bound,
 )
-from app.privacy.mechanisms.engine import MechanismOptions, MechanismResult, Progress
+from app.privacy.mechanisms.engine import (
+    MechanismOptions,
+    MechanismResult,
+    Progress,
+    RoundAccess,
+)
 from app.privacy.mechanisms.mwem import run_mwem
 from app.privacy.mechanisms.rounds import Round, RoundsMismatch
 
@@ -32,6 +37,7 @@ __all__ = [
     "MechanismResult",
     "Progress",
     "Round",
+    "RoundAccess",
     "RoundsMismatch",
     "UnmeasuredBound",
     "error_bound",

@@ -19,6 +19,7 @@ Algorithms 1–4 of the paper, on our OpenDP noise and app.pgm estimation:
   at this noise level: σ ← σ/2, ε ← 2ε.
 
 The run is resumable (see `engine`): stored rounds are replayed (no noise drawn), the
+ρ of rounds that ran but were lost before they were stored is taken as spent, the
 one-way initialisation is finished if it was interrupted, and the annealing decision
 after the last stored round is recomputed from the refitted model.
 """
@@ -104,7 +105,8 @@ def run_aim(
 
     run.replay(check)
     for attrs in oneway[len(run.rounds) :]:
-        run.measure("measure", attrs, sigma0, 0.0)
+        with run.access("measure", sigma0, 0.0):
+            run.measure("measure", attrs, sigma0, 0.0)
     if not run.rounds[-1].final:
         run.refit()
 
@@ -124,17 +126,20 @@ def run_aim(
         cost = round_cost(sigma, epsilon)
         limit = options.max_model_cells * (run.ledger.used + cost) / rho
         candidates = size_filter(domain, run.measured, weights, limit, options.max_model_cells)
-        chosen, before, info = run.select(candidates, weights, sigma, epsilon, SQRT_2_OVER_PI)
-        record = run.measure(
-            "select+measure",
-            chosen,
-            sigma,
-            epsilon,
-            annealed=annealed,
-            final=final,
-            estimate_before=before,
-            selection_info=info,
-        )
+        if not candidates:  # refused before the round's access, so it costs nothing
+            raise ValueError("no candidate marginal fits within the model size limit")
+        with run.access("select+measure", sigma, epsilon):
+            chosen, before, info = run.select(candidates, weights, sigma, epsilon, SQRT_2_OVER_PI)
+            record = run.measure(
+                "select+measure",
+                chosen,
+                sigma,
+                epsilon,
+                annealed=annealed,
+                final=final,
+                estimate_before=before,
+                selection_info=info,
+            )
         if final:
             break  # `finish` fits the final model
         run.refit()

@@ -2,10 +2,15 @@
 
 `MechanismRun` holds one run's state — its ρ ledger, the rounds (replayed and new),
 the current model and what AIM's Theorem 4 needs — and owns the protocol with the
-service: the mechanism calls `on_round(round)` right after the noise of the round is
-drawn and BEFORE anything (the model fit) uses it; the service commits the round
-there. A resumed run gets the stored rounds back as `completed_rounds`, replays them
-(their noise and ρ are reused; nothing is drawn for them) and continues with the
+service. Write-ahead: every round opens `gate(RoundAccess)` BEFORE it touches the
+true marginals (its selection scores them, its measurement adds noise to one); the
+service records the round's cost as used, durably, before it returns, and may refuse
+there (a cancelled job, a lost lease) — never later. Inside the gate the round selects,
+draws, and hands the round to `on_round(round)` right after the noise is drawn and
+BEFORE anything (the model fit) uses it; the service stores it there. A resumed run
+gets the stored rounds back as `completed_rounds`, replays them (their noise and ρ
+are reused; nothing is selected or drawn for them), takes the cost of `lost_rounds`
+(accesses recorded whose output was never stored) as spent, and continues with the
 budget that is left. Progress is reported after each round is stored and each fit.
 
 `RunArguments` are the keyword arguments every mechanism's `run_*` function takes
@@ -15,7 +20,8 @@ they are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -29,9 +35,10 @@ from app.pgm.model import GraphicalModel
 from app.privacy import noise, selection
 from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
-from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger, round_cost
+from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger
 from app.privacy.mechanisms.rounds import (
     Attrs,
+    Priced,
     Round,
     RoundKind,
     RoundsMismatch,
@@ -41,6 +48,21 @@ from app.privacy.mechanisms.rounds import (
 from app.privacy.mechanisms.workload import covered_by
 
 TrueMarginal = Callable[[Attrs], np.ndarray]
+
+
+@dataclass(frozen=True)
+class RoundAccess(Priced):
+    """What one round is about to do with the records, and its price: handed to the gate
+    before the round reads anything. ε = 0: a measurement without selection."""
+
+    index: int
+    kind: RoundKind
+    sigma: float
+    epsilon: float
+
+
+# The service's write-ahead gate: records the access as used, then lets it run.
+Gate = Callable[[RoundAccess], AbstractContextManager[object]]
 
 
 class MechanismStateError(RuntimeError):
@@ -133,6 +155,8 @@ class RunArguments(TypedDict, total=False):
     on_progress: Callable[[Progress], None] | None
     base_measurements: Sequence[Measurement]
     warm_start: GraphicalModel | None
+    gate: Gate | None
+    lost_rounds: Sequence[float]
 
 
 class TrueMarginals:
@@ -209,9 +233,10 @@ def notify(on_progress: Callable[[Progress], None] | None, progress: Progress) -
 class MechanismRun:
     """State of one run: ledger, rounds (replayed and new), current model, Theorem 4 data.
 
-    AIM and MWEM drive it with their own schedules; it owns the protocol: ρ is spent in
-    the ledger before noise is drawn, the round is handed to `on_round` (the service
-    commits it) before the model uses it, and progress is reported after each step.
+    AIM and MWEM drive it with their own schedules; it owns the protocol: a round's ρ is
+    spent in the ledger and passed through the gate (`access`) before its selection or
+    its noise reads a true marginal, the round is handed to `on_round` (the service
+    stores it) before the model uses it, and progress is reported after each step.
     """
 
     def __init__(
@@ -238,6 +263,9 @@ class MechanismRun:
             if r.values.size != domain.cells(r.attributes):
                 raise RoundsMismatch(f"stored round {r.index} has the wrong number of values")
         self.on_round = arguments.get("on_round")
+        self.gate = arguments.get("gate")
+        self.lost_costs = [float(c) for c in arguments.get("lost_rounds", ())]
+        self._open: RoundAccess | None = None
         self.on_progress = arguments.get("on_progress")
         self.base_measurements = list(arguments.get("base_measurements", ()))
         self.model = arguments.get("warm_start")
@@ -251,11 +279,39 @@ class MechanismRun:
 
     # --- replay -----------------------------------------------------------------
     def replay(self, check: Callable[[int, Round], None]) -> None:
-        """Take the stored rounds back: their ρ is spent again in the ledger, no noise drawn."""
+        """Take the stored rounds back: their ρ is spent again in the ledger, no noise drawn;
+        then the lost rounds' ρ, which was used though nothing of it was stored."""
         for r in self.stored:
             check(r.index, r)
             self.ledger.spend(r.rho)
             self.rounds.append(r)
+        for cost in self.lost_costs:
+            self.ledger.spend(cost)
+
+    @property
+    def lost(self) -> int:
+        """How many rounds were paid for (and ran) but lost before they were stored."""
+        return len(self.lost_costs)
+
+    @contextmanager
+    def access(self, kind: RoundKind, sigma: float, epsilon: float) -> Iterator[RoundAccess]:
+        """One round's access to the records: its ρ spent here, then the service's gate,
+        which records it as used before the body selects or draws."""
+        if self._open is not None:
+            raise MechanismStateError("a round's access is already open")
+        request = RoundAccess(len(self.rounds), kind, sigma, epsilon)
+        self.ledger.spend(request.cost)
+        with self.gate(request) if self.gate is not None else nullcontext():
+            self._open = request
+            try:
+                yield request
+            finally:
+                self._open = None
+
+    def _require_open(self, doing: str) -> RoundAccess:
+        if self._open is None:
+            raise MechanismStateError(f"{doing} outside a round's access to the records")
+        return self._open
 
     # --- state ------------------------------------------------------------------
     @property
@@ -295,6 +351,7 @@ class MechanismRun:
         """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − b·σ·n_r)."""
         if not candidates:
             raise ValueError("no candidate marginal fits within the model size limit")
+        self._require_open("a selection")
         index = len(self.rounds)
         estimates = [self.estimate(r) for r in candidates]
         scores = np.empty(len(candidates))
@@ -327,9 +384,11 @@ class MechanismRun:
         estimate_before: np.ndarray | None = None,
         selection_info: Mapping[str, Any] | None = None,
     ) -> Round:
-        """Spend, draw the noise (OpenDP), hand the round to `on_round`, keep it."""
-        cost = round_cost(sigma, epsilon)
-        self.ledger.spend(cost)
+        """Draw the noise (OpenDP), hand the round to `on_round`, keep it (within `access`)."""
+        opened = self._require_open("a measurement")
+        if (opened.kind, opened.sigma, opened.epsilon) != (kind, sigma, epsilon):
+            raise MechanismStateError("a round measured at another price than it paid")
+        cost = opened.cost
         noisy = noise.discrete_gaussian(self.truth(attrs), sigma)
         selection_record = None
         if selection_info is not None:

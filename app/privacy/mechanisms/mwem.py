@@ -69,7 +69,8 @@ def run_mwem(
     run.replay(check)
     if run.rounds or run.base_measurements:
         run.refit()
-    for t in range(len(run.rounds), total_rounds):
+    # A lost round (it ran, its ρ is spent, its output was never stored) used its slot.
+    for t in range(len(run.rounds) + run.lost, total_rounds):
         final = t == total_rounds - 1
         round_sigma, round_epsilon = (
             split_round(run.ledger.remaining, alpha) if final else (sigma, epsilon)
@@ -82,16 +83,19 @@ def run_mwem(
             candidates = size_filter(
                 domain, run.measured, unit, options.max_model_cells, options.max_model_cells
             )
-        chosen, before, info = run.select(candidates, unit, round_sigma, round_epsilon, 0.0)
-        run.measure(
-            "select+measure",
-            chosen,
-            round_sigma,
-            round_epsilon,
-            final=final,
-            estimate_before=before,
-            selection_info=info,
-        )
+        if not candidates:  # refused before the round's access, so it costs nothing
+            raise ValueError("no candidate marginal fits within the model size limit")
+        with run.access("select+measure", round_sigma, round_epsilon):
+            chosen, before, info = run.select(candidates, unit, round_sigma, round_epsilon, 0.0)
+            run.measure(
+                "select+measure",
+                chosen,
+                round_sigma,
+                round_epsilon,
+                final=final,
+                estimate_before=before,
+                selection_info=info,
+            )
         if not final:
             run.refit()  # the last round's fit is `finish`'s final fit
     return run.finish()

@@ -74,8 +74,26 @@ class Selection:
         )
 
 
+class Priced:
+    """The price of a round from its σ and ε: a Gaussian measurement plus, if ε > 0, one
+    selection (`Round`, and `engine.RoundAccess` before the round runs)."""
+
+    sigma: float
+    epsilon: float
+
+    @property
+    def cost(self) -> float:
+        """ρ in floats, for the run's running ledger (a stored round's must equal `rho`)."""
+        return round_cost(self.sigma, self.epsilon)
+
+    @property
+    def exact_cost(self) -> Fraction:
+        """The exact ρ of the σ and ε, as rationals of the floats used."""
+        return exact_round_cost(self.sigma, self.epsilon)
+
+
 @dataclass(frozen=True, eq=False)
-class Round:
+class Round(Priced):
     """One completed round of a mechanism; persisted by the service as it happens.
 
     `sigma`/`epsilon` are what this round used (ε = 0 for "measure"); `annealed` says the
@@ -108,16 +126,6 @@ class Round:
             )
         if self.kind not in ("measure", "select+measure"):
             raise ValueError(f"unknown round kind {self.kind!r}")
-
-    @property
-    def cost(self) -> float:
-        """ρ recomputed from σ and ε (must equal `rho`)."""
-        return round_cost(self.sigma, self.epsilon)
-
-    @property
-    def exact_cost(self) -> Fraction:
-        """The exact ρ of the σ and ε this round used."""
-        return exact_round_cost(self.sigma, self.epsilon)
 
     def measurement(self) -> Measurement:
         return Measurement(self.attributes, self.values.astype(float), "gaussian", self.sigma)
