@@ -291,6 +291,9 @@ def make_engine(
         cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        # Deleted rows are overwritten with zeros, not left in free space: a purge must
+        # not leave raw records in the file (`app.services.scrub` empties the WAL after).
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

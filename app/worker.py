@@ -90,7 +90,7 @@ def internal_error_message(error: Exception, stage: str) -> str:
 
 
 class Heartbeat:
-    """Renews a job's lease (and fit locks in use) in the background while the job runs."""
+    """While a job runs: renews its lease (and fit locks in use), forgets purged records."""
 
     def __init__(self, worker: Worker, job_id: str) -> None:
         self.worker = worker
@@ -128,6 +128,8 @@ class Heartbeat:
                         owner=self.worker.worker_id,
                         lease_seconds=self.worker.settings.lease_seconds,
                     )
+                # Busy too, drop purged datasets' records (a keyed read; none if none cached).
+                self.worker.forget_retired_columns()
             except OperationalError:
                 logger.warning("lease renewal failed; retrying", exc_info=True)
 

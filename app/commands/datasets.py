@@ -14,7 +14,7 @@ from app.commands.output import Done, Listing, Record, action
 from app.config import get_settings
 from app.pgm.estimation import ESTIMATOR_NAMES
 from app.services import datasets as dataset_service
-from app.services import refits
+from app.services import refits, scrub
 from app.services.rho import rho_units
 
 DATASET_COLUMNS = ("id", "name", "rows", "rho_total", "created_at")
@@ -66,7 +66,8 @@ def purge_records(args: argparse.Namespace, session: Session) -> Done:
     dataset_service.purge_records(session, args.dataset_id)
     return Done(
         f"dataset {args.dataset_id}: raw records destroyed; free answers keep working "
-        "from the model, measuring is refused"
+        "from the model, measuring is refused",
+        after_commit=scrub.scrub_storage,
     )
 
 
@@ -74,7 +75,8 @@ def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
     dataset_service.delete_dataset(session, args.dataset_id)
     return Done(
         f"dataset {args.dataset_id} deleted: records, measurements and models gone; "
-        "the ledger keeps its lines"
+        "the ledger keeps its lines",
+        after_commit=scrub.scrub_storage,
     )
 
 

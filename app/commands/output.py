@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -22,6 +22,9 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.errors import PrivqError
+
+if TYPE_CHECKING:
+    from app.db import Database
 
 
 @dataclass
@@ -47,6 +50,9 @@ class Done:
     """A command with nothing to show but that it worked (204 over HTTP)."""
 
     message: str
+    # Run once the unit of work committed, on the database (a purge's storage scrub,
+    # which needs the deletion committed and no transaction open); it logs its failures.
+    after_commit: Callable[[Database], object] | None = None
 
 
 Result = Listing | Record | Done
@@ -129,6 +135,8 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     try:
         with database.unit_of_work() as session:
             result = command(args, session)
+        if isinstance(result, Done) and result.after_commit is not None:
+            result.after_commit(database)
         emit(result, as_json=args.json)
         return 0
     except PrivqError as error:

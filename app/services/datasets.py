@@ -12,6 +12,8 @@ Retiring a dataset: `purge_records` destroys its raw records (the packed columns
 while the model keeps answering every free query; `delete_dataset` removes records,
 measurements and models and leaves a tombstone row, so the ledger's lines keep
 pointing somewhere. Neither runs while a job of the dataset is queued or running.
+Deleted rows leave their bytes in the database's files: whoever commits either calls
+`app.services.scrub.scrub_storage` once the transaction has committed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, BinaryIO
 
-import numpy as np
 from sqlalchemy import Select, delete, select, update
-from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Session
 
 from app.db import (
@@ -193,9 +193,9 @@ def _refuse_unfinished_jobs(session: Session, dataset_id: str, doing: str) -> No
 
 
 def _destroy_columns(session: Session, dataset_id: str) -> None:
-    if session.get_bind().dialect.name == "sqlite":
-        # Overwrite the freed pages with zeros instead of leaving the bytes in the file.
-        session.execute(sql_text("PRAGMA secure_delete = ON"))
+    # On SQLite every connection zeroes what it deletes (`secure_delete`, app.db); what
+    # the WAL, PostgreSQL's dead tuples and free space still hold, the scrub after the
+    # commit overwrites (`app.services.scrub`).
     session.execute(delete(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id))
 
 
@@ -204,7 +204,7 @@ def purge_records(session: Session, dataset_id: str) -> Dataset:
 
     JobsPending (409) while a job of the dataset is queued or running (it may need the
     records); purging again changes nothing. Measuring is refused from then on
-    (`require_records`).
+    (`require_records`). After the commit, the caller runs `scrub.scrub_storage`.
     """
     dataset = get_dataset(session, dataset_id, for_update=True)
     if dataset.records_purged_at is not None:
@@ -221,7 +221,8 @@ def delete_dataset(session: Session, dataset_id: str) -> Dataset:
 
     The ledger keeps every line (they point at the dataset and its grants, which are
     revoked). JobsPending (409) while a job of the dataset is queued or running. The
-    dataset is then NotFound to everyone, the admin included.
+    dataset is then NotFound to everyone, the admin included. After the commit, the
+    caller runs `scrub.scrub_storage`.
     """
     dataset = get_dataset(session, dataset_id, for_update=True)
     _refuse_unfinished_jobs(session, dataset_id, "deleting it")

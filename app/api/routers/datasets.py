@@ -11,14 +11,14 @@ from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
-from app.api.deps import AdminAuth, PrincipalDep, SettingsDep
+from app.api.deps import AdminAuth, DatabaseDep, PrincipalDep, SettingsDep
 from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, Name, ResourceId, SafeText
 from app.errors import JobsPending, NotFound
 from app.services import datasets as dataset_service
-from app.services import refits
+from app.services import refits, scrub
 from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -154,12 +154,16 @@ def update_dataset(
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
 @write_endpoint
-def purge_records(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
-    """The uploaded records are deleted from the database; every free answer (marginals,
-    counts, queries, synthetic data) keeps working from the model, and measuring gets
-    409 `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
-    queued or running. Purging again changes nothing."""
-    dataset_service.purge_records(session, dataset_id)
+def purge_records(dataset_id: ResourceId, database: DatabaseDep, _admin: AdminAuth) -> Response:
+    """The uploaded records are deleted from the database, and the database's files are
+    scrubbed of them before the answer; every free answer (marginals, counts, queries,
+    synthetic data) keeps working from the model, and measuring gets 409
+    `records_purged` from then on. 409 `jobs_pending` while a job of the dataset is
+    queued or running. Purging again changes nothing but scrubs the files again."""
+    with database.unit_of_work() as session:
+        dataset_service.purge_records(session, dataset_id)
+    # Committed: the purge stands even if the scrub fails (it logs why).
+    scrub.scrub_storage(database)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -170,9 +174,12 @@ def purge_records(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -
     responses=refusals(NotFound, JobsPending, not_found="No such dataset."),
 )
 @write_endpoint
-def delete_dataset(dataset_id: ResourceId, session: Session, _admin: AdminAuth) -> Response:
-    """Records, measurements and model versions are deleted and every grant on it revoked;
-    the dataset is then a 404 to everyone. The ledger keeps its lines for the audit
+def delete_dataset(dataset_id: ResourceId, database: DatabaseDep, _admin: AdminAuth) -> Response:
+    """Records, measurements and model versions are deleted (the database's files scrubbed
+    of the records before the answer) and every grant on it revoked; the dataset is then
+    a 404 to everyone. The ledger keeps its lines for the audit
     (`GET /v1/ledger?dataset_id=`). 409 `jobs_pending` while a job is queued or running."""
-    dataset_service.delete_dataset(session, dataset_id)
+    with database.unit_of_work() as session:
+        dataset_service.delete_dataset(session, dataset_id)
+    scrub.scrub_storage(database)  # committed: the delete stands even if this fails
     return Response(status_code=status.HTTP_204_NO_CONTENT)
