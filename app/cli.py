@@ -157,7 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve this worker's Prometheus /metrics on PORT (admin key unless "
         "PRIVQ_METRICS_PUBLIC=true)",
     )
-    worker.add_argument("--metrics-host", default="0.0.0.0", help="address for --metrics-port")
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address for --metrics-port (default 127.0.0.1: this machine only; give "
+        "0.0.0.0 for a scraper elsewhere, e.g. in another container)",
+    )
     worker.set_defaults(handler=_worker)
 
     demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")

@@ -13,10 +13,54 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# Keys that must never guard a production deployment: documentation examples and
-# the obvious placeholders.
-WEAK_ADMIN_KEYS = frozenset({"", "admin", "changeme", "change-me", "secret", "password", "test"})
-MIN_PRODUCTION_ADMIN_KEY_LENGTH = 24
+from app.limits import DEFAULT_MAX_DELTA
+
+# The admin key can create tenants, grant any ρ and read every ledger: in every
+# environment it must be at least this long and none of the well-known keys below
+# (compared case-insensitively) — unless PRIVQ_INSECURE_DEV_KEY=true, which only a
+# development or test setup may give.
+MIN_ADMIN_KEY_LENGTH = 32
+# Placeholders, words and keys published with privq (documentation, the demo): a short
+# one is refused for its length anyway; listed, a longer one is refused too.
+WEAK_ADMIN_KEYS = frozenset(
+    {
+        "",
+        "admin",
+        "administrator",
+        "root",
+        "password",
+        "passw0rd",
+        "p@ssw0rd",
+        "changeme",
+        "change-me",
+        "change_me",
+        "changeit",
+        "secret",
+        "supersecret",
+        "test",
+        "testing",
+        "dev",
+        "development",
+        "default",
+        "example",
+        "letmein",
+        "qwerty",
+        "123456",
+        "12345678",
+        "1234567890",
+        "token",
+        "apikey",
+        "api-key",
+        "admin-key",
+        "adminkey",
+        "privq",
+        "demo-admin-key-not-for-production-use",
+        "changeme-changeme-changeme-changeme",
+        "0123456789abcdef0123456789abcdef",
+        "00000000000000000000000000000000",
+    }
+)
+GENERATE_KEY_HINT = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 def normalise_database_url(url: str) -> str:
@@ -30,7 +74,11 @@ def normalise_database_url(url: str) -> str:
 class Settings(BaseSettings):
     """Configuration of one privq process (API server, worker or CLI command)."""
 
-    model_config = SettingsConfigDict(env_prefix="PRIVQ_", extra="ignore")
+    # Errors name the variable, never its value: the admin key or a database URL's
+    # password would otherwise be printed with the refusal.
+    model_config = SettingsConfigDict(
+        env_prefix="PRIVQ_", extra="ignore", hide_input_in_errors=True
+    )
 
     database_url: str = Field(
         default="sqlite:///./privq.db",
@@ -38,8 +86,14 @@ class Settings(BaseSettings):
     )
     admin_key: SecretStr | None = Field(
         default=None,
-        description="Admin bearer key. Unset: one is generated on first start, "
-        "stored hashed and printed once (not allowed when env=production).",
+        description="Admin bearer key: at least 32 characters and not a well-known word or "
+        "key, in every environment. Unset: one is generated on first start, stored hashed "
+        "and printed once (not allowed when env=production).",
+    )
+    insecure_dev_key: bool = Field(
+        default=False,
+        description="Accept a short or well-known admin key anyway: for a throw-away "
+        "development or test setup only; refused when env=production.",
     )
     env: Literal["development", "production", "test"] = "development"
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest CSV upload.")
@@ -58,6 +112,13 @@ class Settings(BaseSettings):
     )
     max_model_cells: int = Field(
         default=10_000_000, gt=0, description="Largest total clique size of a fitted model."
+    )
+    max_delta: float = Field(
+        default=DEFAULT_MAX_DELTA,
+        gt=0,
+        lt=1,
+        description="Largest δ a request may give for (ε, δ) (grants, measurements, "
+        "mechanisms, budget and dry-run reports, the CLI); larger is a 422.",
     )
     workers_in_process: int | None = Field(
         default=None,
@@ -134,19 +195,33 @@ class Settings(BaseSettings):
         return normalise_database_url(value)
 
     @model_validator(mode="after")
-    def _refuse_weak_admin_key_in_production(self) -> Settings:
-        if self.env != "production":
-            return self
-        if self.admin_key is None:
-            raise ValueError("PRIVQ_ADMIN_KEY must be set when PRIVQ_ENV=production")
-        key = self.admin_key.get_secret_value()
-        if key.lower() in WEAK_ADMIN_KEYS or len(key) < MIN_PRODUCTION_ADMIN_KEY_LENGTH:
+    def _refuse_weak_admin_key(self) -> Settings:
+        production = self.env == "production"
+        if production and self.insecure_dev_key:
             raise ValueError(
-                "PRIVQ_ADMIN_KEY is too weak for production: use at least "
-                f"{MIN_PRODUCTION_ADMIN_KEY_LENGTH} random characters "
-                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+                "PRIVQ_INSECURE_DEV_KEY=true is for development and tests only: unset it "
+                "when PRIVQ_ENV=production"
             )
-        return self
+        if self.admin_key is None:
+            if production:
+                raise ValueError(
+                    "PRIVQ_ADMIN_KEY must be set when PRIVQ_ENV=production: use at least "
+                    f"{MIN_ADMIN_KEY_LENGTH} random characters (e.g. {GENERATE_KEY_HINT})"
+                )
+            return self  # development and tests: one is generated on first start
+        weakness = admin_key_weakness(self.admin_key.get_secret_value())
+        if weakness is None or self.insecure_dev_key:
+            return self
+        advice = (
+            f"PRIVQ_ADMIN_KEY is too weak: {weakness}. Use at least {MIN_ADMIN_KEY_LENGTH} "
+            f"random characters (e.g. {GENERATE_KEY_HINT})"
+        )
+        if not production:
+            advice += (
+                ", or unset it to have one generated on first start (only for a throw-away "
+                "development or test setup, PRIVQ_INSECURE_DEV_KEY=true accepts it)"
+            )
+        raise ValueError(advice)
 
     @property
     def is_sqlite(self) -> bool:
@@ -161,6 +236,17 @@ class Settings(BaseSettings):
     @property
     def effective_auto_migrate(self) -> bool:
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+
+def admin_key_weakness(key: str) -> str | None:
+    """Why `key` may not be the admin key (without quoting it), or None if it may."""
+    if not key.strip():
+        return "it is empty"
+    if key.strip().lower() in WEAK_ADMIN_KEYS:
+        return "it is a well-known word or published key"
+    if len(key) < MIN_ADMIN_KEY_LENGTH:
+        return f"it has {len(key)} characters, fewer than {MIN_ADMIN_KEY_LENGTH}"
+    return None
 
 
 @lru_cache(maxsize=1)

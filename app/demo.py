@@ -9,6 +9,7 @@ synthetic rows for free — and show that the budget only moved for the measurem
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,6 @@ from pydantic import SecretStr
 from app.config import Settings
 from app.errors import LedgerInvariantViolated
 
-DEMO_ADMIN_KEY = "demo-admin-key-not-for-production-use"
 TWO_WAY = [
     ["age", "income>50K"],
     ["education-num", "occupation"],
@@ -55,16 +55,18 @@ def run_demo(data_dir: Path, rho: float = 1.0) -> int:
     with tempfile.TemporaryDirectory(prefix="privq-demo-") as tmp:
         url = f"sqlite:///{tmp}/demo.db"
         upgrade_to_head(url)
+        # A fresh key each run: a key written in the source would be everyone's.
+        admin_key = secrets.token_urlsafe(32)
         settings = Settings(
             database_url=url,
-            admin_key=SecretStr(DEMO_ADMIN_KEY),
+            admin_key=SecretStr(admin_key),
             env="development",
             workers_in_process=0,
             auto_migrate=False,
             log_level="WARNING",
         )
         database = Database.from_settings(settings)
-        admin = {"Authorization": f"Bearer {DEMO_ADMIN_KEY}"}
+        admin = {"Authorization": f"Bearer {admin_key}"}
         with TestClient(create_app(settings, database=database)) as client:
             tenant = client.post("/v1/tenants", json={"name": "demo-analyst"}, headers=admin).json()
             analyst = {"Authorization": f"Bearer {tenant['api_key']}"}

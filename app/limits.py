@@ -26,6 +26,12 @@ import re
 MAX_RHO = 1_000_000.0
 # ε accepted in place of ρ (converted at the given δ; the ρ must still be ≤ MAX_RHO).
 MAX_EPSILON = 1_000_000.0
+# δ of (ε, δ): below 1e-300 it is subnormal (log(1/δ), and so ε, overflows). Above
+# the service's maximum (`PRIVQ_MAX_DELTA`, default DEFAULT_MAX_DELTA) it is refused:
+# an (ε, δ) guarantee allows a total failure with probability δ — releasing a record
+# outright — so δ must be far below 1/n; 1e-3 is already generous.
+MIN_DELTA = 1e-300
+DEFAULT_MAX_DELTA = 1e-3
 MIN_NOISE_SCALE = 1e-3
 MAX_NOISE_SCALE = 1e12
 # A scale derived from ρ may be a little below MIN_NOISE_SCALE (ρ = 10⁶ on one marginal

@@ -73,7 +73,7 @@ class MetricsApp:
 
 
 def start_metrics_server(
-    settings: Settings, database: Database, *, port: int, host: str = "0.0.0.0"
+    settings: Settings, database: Database, *, port: int, host: str = "127.0.0.1"
 ) -> tuple[WSGIServer, Callable[[], None]]:
     """Serve `/metrics` on `host:port` in a daemon thread; returns the server and its stop."""
     server = make_server(host, port, MetricsApp(settings, database), handler_class=_QuietHandler)

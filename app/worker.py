@@ -395,7 +395,7 @@ def run_worker(
     once: bool = False,
     alive: Callable[[], bool] | None = None,
     metrics_port: int | None = None,
-    metrics_host: str = "0.0.0.0",
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle).
 

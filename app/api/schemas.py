@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from app.api.types import Delta, Epsilon, Name, ResourceId, Rho
+from app.api.types import MAX_DELTA_NOTE, Delta, Epsilon, Name, ResourceId, Rho
 from app.db import ApiKey, Dataset, Grant, LedgerEntry, Tenant
 from app.errors import InvalidRequest
 from app.services.rho import (
@@ -39,7 +39,7 @@ class PrivacyAmount(RequestBody):
     epsilon: Epsilon | None = Field(
         default=None, description="Instead of rho: ε at `delta`, converted to ρ (rounded down)."
     )
-    delta: Delta | None = Field(default=None, description="The δ of `epsilon`.")
+    delta: Delta | None = Field(default=None, description=f"The δ of `epsilon`. {MAX_DELTA_NOTE}")
 
     @model_validator(mode="after")
     def _one_form(self) -> PrivacyAmount:
@@ -55,16 +55,17 @@ class PrivacyAmount(RequestBody):
     def gives_amount(self) -> bool:
         return self.rho is not None or self.epsilon is not None
 
-    def amount_units(self, *, rounding: Rounding) -> int | None:
-        """The amount in ledger units (None if neither form was given)."""
+    def amount_units(self, *, rounding: Rounding, max_delta: float) -> int | None:
+        """The amount in ledger units (None if neither form was given); a `delta` above
+        `max_delta` (the service's `Settings.max_delta`) is a 422 naming the field."""
         if self.rho is not None:
             return rho_units(self.rho, rounding=rounding)
         if self.epsilon is not None and self.delta is not None:
-            return rho_units_from_epsilon(self.epsilon, self.delta)
+            return rho_units_from_epsilon(self.epsilon, self.delta, max_delta=max_delta)
         return None
 
-    def required_units(self, *, rounding: Rounding) -> int:
-        units = self.amount_units(rounding=rounding)
+    def required_units(self, *, rounding: Rounding, max_delta: float) -> int:
+        units = self.amount_units(rounding=rounding, max_delta=max_delta)
         if units is None:
             raise InvalidRequest("give rho, or epsilon with delta", field="rho")
         return units

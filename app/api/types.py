@@ -175,8 +175,15 @@ IdempotencyKeyText = Annotated[
 RHO = NumberRange("rho", gt=0, le=limits.MAX_RHO)
 RHO_TOTAL = NumberRange("rho_total", gt=0, le=limits.MAX_RHO)
 EPSILON = NumberRange("epsilon", gt=0, le=limits.MAX_EPSILON)
-# δ below 1e-300 is subnormal: log(1/δ) overflows and so would ε.
-DELTA = NumberRange("delta", ge=1e-300, lt=1)
+# δ below 1e-300 is subnormal: log(1/δ) overflows and so would ε. This is the range
+# the arithmetic takes; the service's own maximum (`Settings.max_delta`, default 1e-3)
+# is checked where the settings are known (`app.services.rho.check_delta`).
+DELTA = NumberRange("delta", ge=limits.MIN_DELTA, lt=1)
+# What every δ parameter's description says of that maximum.
+MAX_DELTA_NOTE = (
+    f"At most the service's maximum, PRIVQ_MAX_DELTA (default "
+    f"{limits.format_limit(limits.DEFAULT_MAX_DELTA)}); larger is a 422."
+)
 SIGMA = NumberRange("sigma", ge=limits.MIN_NOISE_SCALE, le=limits.MAX_NOISE_SCALE)
 LAPLACE_SCALE = NumberRange("scale", ge=limits.MIN_NOISE_SCALE, le=limits.MAX_NOISE_SCALE)
 QUERY_WEIGHT = NumberRange("weight", ge=-limits.MAX_QUERY_WEIGHT, le=limits.MAX_QUERY_WEIGHT)
@@ -188,7 +195,9 @@ Rho = Annotated[
     BeforeValidator(RHO.check),
 ]
 Epsilon = Annotated[float, EPSILON.field("ε of (ε, δ)-DP."), BeforeValidator(EPSILON.check)]
-Delta = Annotated[float, DELTA.field("δ of (ε, δ)-DP."), BeforeValidator(DELTA.check)]
+Delta = Annotated[
+    float, DELTA.field(f"δ of (ε, δ)-DP. {MAX_DELTA_NOTE}"), BeforeValidator(DELTA.check)
+]
 Sigma = Annotated[
     float,
     SIGMA.field("Gaussian noise standard deviation on every count."),

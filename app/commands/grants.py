@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.api.schemas import GrantOut
 from app.commands.output import Done, Listing, Record, action
+from app.config import get_settings
 from app.db import Grant
 from app.errors import InvalidRequest
 from app.services import grants as grant_service
@@ -39,13 +40,20 @@ def list_grants(args: argparse.Namespace, session: Session) -> Listing:
 
 def limit_units(args: argparse.Namespace) -> int:
     """The limit in ledger units: `rho`, or `--epsilon` with `--delta` converted as the
-    HTTP API converts them (the largest ρ within ε at δ); both rounded down."""
+    HTTP API converts them (the largest ρ within ε at δ, δ at most PRIVQ_MAX_DELTA); both
+    rounded down."""
     if (args.epsilon is None) != (args.delta is None):
         raise InvalidRequest("--epsilon and --delta go together: give both", field="epsilon")
     if args.rho is not None and args.epsilon is not None:
         raise InvalidRequest("give rho or --epsilon with --delta, not both", field="rho")
     if args.epsilon is not None:
-        return rho_units_from_epsilon(args.epsilon, args.delta)
+        return rho_units_from_epsilon(
+            args.epsilon,
+            args.delta,
+            field="--epsilon",
+            delta_field="--delta",
+            max_delta=get_settings().max_delta,
+        )
     if args.rho is None:
         raise InvalidRequest("give rho, or --epsilon with --delta", field="rho")
     return rho_units(args.rho, rounding="down")
@@ -85,7 +93,12 @@ def limit_arguments(parser: argparse.ArgumentParser, rho_help: str) -> None:
     parser.add_argument(
         "--epsilon", type=float, default=None, help="instead of rho: ε at --delta, converted to ρ"
     )
-    parser.add_argument("--delta", type=float, default=None, help="the δ of --epsilon")
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="the δ of --epsilon (at most PRIVQ_MAX_DELTA, default 1e-3)",
+    )
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:

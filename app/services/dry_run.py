@@ -82,8 +82,14 @@ def measurement(
     max_model_cells: int,
 ) -> dict[str, Any]:
     """The dry run of a planned measurement (the caller checked the tenant sees the dataset)."""
+    # Only releases and the caller's own queued jobs count: others' queue stays theirs.
     model_cells = measurement_service.check_model_size(
-        session, dataset_id, domain, plan.marginals, max_model_cells=max_model_cells
+        session,
+        dataset_id,
+        domain,
+        plan.marginals,
+        max_model_cells=max_model_cells,
+        tenant_id=tenant_id,
     )
     scale_key = "sigma" if plan.noise == "gaussian" else "scale"
     return {
@@ -129,7 +135,9 @@ def mechanism(
         rounds=rounds,
         settings_max_model_cells=settings.max_model_cells,
         settings_max_marginal_cells=settings.max_marginal_cells,
-        measured=measurement_service.measured_attribute_sets(session, dataset_id),
+        measured=measurement_service.measured_attribute_sets(
+            session, dataset_id, tenant_id=tenant_id
+        ),
     )
     # What the worker will run on (see `mechanisms.run_job`).
     run_rho = units_to_rho(units) * mechanism_service.SAFETY

@@ -115,30 +115,40 @@ def check_attribute_sets(
     return tuple(checked)
 
 
-def measured_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
-    """The distinct attribute sets measured on the dataset so far (and queued, not yet measured).
-
-    De-duplicated in SQL (as JSON text), so a dataset with thousands of measurements of
-    a few marginals costs a few rows here, not thousands.
-    """
+def released_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
+    """The distinct attribute sets of the dataset's stored (active) measurements."""
     stored = session.scalars(
         select(sql_cast(MeasurementRecord.attributes, Text))
         .where(MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active")
         .distinct()
     ).all()
-    sets = {tuple(json.loads(text)) for text in stored if text}
-    # Measurement jobs not yet run will add theirs too: count them, or two requests
-    # could each pass the check and together exceed the cap. (A mechanism job keeps
-    # its own model within the cap, given what is measured when it runs.)
-    pending = session.scalars(
-        select(sql_cast(Job.params["marginals"], Text))
-        .where(
-            Job.dataset_id == dataset_id,
-            Job.kind == "measure",
-            Job.status.in_(("queued", "running")),
-        )
-        .distinct()
-    ).all()
+    return sorted({tuple(json.loads(text)) for text in stored if text})
+
+
+def measured_attribute_sets(
+    session: Session, dataset_id: str, *, tenant_id: str | None = None
+) -> list[tuple[str, ...]]:
+    """The distinct attribute sets measured on the dataset so far (and queued, not yet measured:
+    with `tenant_id`, only that tenant's own queued jobs, so that no refusal or dry run
+    reveals what another tenant asked for and has not received; releases are everyone's).
+
+    De-duplicated in SQL (as JSON text), so a dataset with thousands of measurements of
+    a few marginals costs a few rows here, not thousands.
+    """
+    sets = set(released_attribute_sets(session, dataset_id))
+    # Measurement jobs not yet run will add theirs too: count them, or two requests could
+    # each pass the check and together exceed the cap. (Two tenants' still can: the worker
+    # refuses the second at its gate, before drawing, refunded whole — see
+    # `app.services.measuring`. A mechanism job keeps its own model within the cap, given
+    # what is measured when it runs.)
+    pending_query = select(sql_cast(Job.params["marginals"], Text)).where(
+        Job.dataset_id == dataset_id,
+        Job.kind == "measure",
+        Job.status.in_(("queued", "running")),
+    )
+    if tenant_id is not None:
+        pending_query = pending_query.where(Job.tenant_id == tenant_id)
+    pending = session.scalars(pending_query.distinct()).all()
     for text in pending:
         for attrs in json.loads(text) if text else ():
             sets.add(tuple(attrs))
@@ -160,7 +170,7 @@ def adds_attribute_sets(
     If none is, measuring them cannot grow the model, and the model-size check (which
     reads every measurement and queued job under the write lock) can be skipped: a
     stored set stays in every later union. (Sets of queued jobs do not count: a queued
-    job may still fail and take its sets with it.)
+    job may still fail and take its sets with it; and releases reveal no one's queue.)
     """
     wanted = {frozenset(s) for s in new_sets}
     with _measured_sets_lock:
@@ -186,9 +196,11 @@ def check_model_size(
     new_sets: Sequence[Sequence[str]],
     *,
     max_model_cells: int,
+    tenant_id: str | None = None,
 ) -> int:
     """Cells of the model the dataset's measurements plus `new_sets` make; 422 above the cap."""
-    sets = measured_attribute_sets(session, dataset_id) + [tuple(s) for s in new_sets]
+    sets = measured_attribute_sets(session, dataset_id, tenant_id=tenant_id)
+    sets += [tuple(s) for s in new_sets]
     cells = model_cells(domain, sets)
     if cells > max_model_cells:
         raise ModelTooLargeRequest(
@@ -310,7 +322,12 @@ def submit(
     # Raising here rolls the charge back with the rest of the transaction.
     if check_model:
         check_model_size(
-            session, dataset_id, domain, attribute_sets, max_model_cells=max_model_cells
+            session,
+            dataset_id,
+            domain,
+            attribute_sets,
+            max_model_cells=max_model_cells,
+            tenant_id=tenant_id,
         )
     job = jobs.create(
         session,

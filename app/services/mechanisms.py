@@ -168,7 +168,9 @@ def submit(
         rounds=rounds,
         settings_max_model_cells=settings.max_model_cells,
         settings_max_marginal_cells=settings.max_marginal_cells,
-        measured=measurement_service.measured_attribute_sets(session, dataset_id),
+        measured=measurement_service.measured_attribute_sets(
+            session, dataset_id, tenant_id=tenant_id
+        ),
     )
     oneway = sorted({(a,) for attrs in params["workload"] for a in attrs})
     return measurement_service.submit(

@@ -11,8 +11,10 @@ arithmetic is exact on every backend: twenty charges of 0.05 are exactly 1.0.
 - `rho_units_ceil(value)` — a ρ computed by the service (e.g. 1/(2σ²) from a
   client's σ), rounded UP to the next unit so a charge never under-counts the
   privacy loss.
-- `rho_units_from_epsilon(epsilon, delta)` — the ρ whose tight (ε, δ) conversion
-  (the one GET /budget reports) does not exceed ε, rounded DOWN to the unit.
+- `rho_units_from_epsilon(epsilon, delta, max_delta=...)` — the ρ whose tight (ε, δ)
+  conversion (the one GET /budget reports) does not exceed ε, rounded DOWN to the unit.
+- `check_delta(delta, max_delta=...)` — a δ within 1e-300 ≤ δ ≤ the service's maximum
+  (`Settings.max_delta`, given by the caller), 422 naming the field and range otherwise.
 - `units_to_rho(units)` (float for JSON) and `units_to_decimal_str(units)` (exact).
 """
 
@@ -25,7 +27,7 @@ from numbers import Real
 from typing import Literal
 
 from app.errors import InvalidRequest
-from app.limits import MAX_RHO, format_limit
+from app.limits import DEFAULT_MAX_DELTA, MAX_RHO, MIN_DELTA, format_limit
 from app.privacy.accounting import epsilon_from_rho, rho_from_epsilon
 
 RHO_UNIT_EXPONENT = 12
@@ -88,19 +90,47 @@ def rho_units(
     return _check_units(int(whole), field, number)
 
 
-def rho_units_from_epsilon(epsilon: float, delta: float, *, field: str = "epsilon") -> int:
+def check_delta(delta: float, *, max_delta: float, field: str = "delta") -> float:
+    """`delta` if 1e-300 ≤ δ ≤ `max_delta` (the service's maximum); else 422 naming `field`.
+
+    The caller passes the maximum in from its settings (`Settings.max_delta`).
+    """
+    if (
+        not isinstance(delta, bool)
+        and isinstance(delta, (int, float))
+        and math.isfinite(delta)
+        and MIN_DELTA <= delta <= max_delta
+    ):
+        return float(delta)
+    allowed = f"{format_limit(MIN_DELTA)} ≤ delta ≤ {format_limit(max_delta)}"
+    raise InvalidRequest(
+        f"{field} must be a number with {allowed}: this service allows δ of at most "
+        f"{format_limit(max_delta)} (PRIVQ_MAX_DELTA), since (ε, δ)-DP lets a release "
+        "fail outright with probability δ",
+        field=field,
+        range=allowed,
+    )
+
+
+def rho_units_from_epsilon(
+    epsilon: float,
+    delta: float,
+    *,
+    field: str = "epsilon",
+    delta_field: str = "delta",
+    max_delta: float = DEFAULT_MAX_DELTA,
+) -> int:
     """Units of the largest ρ whose tight (ε, δ) conversion is at most `epsilon`, rounded down.
 
     The conversion is the Canonne–Kamath–Steinke bound GET /budget reports; rounding
-    down keeps the promise "no more than ε at δ".
+    down keeps the promise "no more than ε at δ". δ must be within `max_delta`, the
+    service's maximum (`check_delta`).
     """
-    for name, number in ((field, epsilon), ("delta", delta)):
-        if isinstance(number, bool) or not math.isfinite(number):
-            raise InvalidRequest(f"{name} must be a finite number", field=name)
+    if isinstance(epsilon, bool) or not math.isfinite(epsilon):
+        raise InvalidRequest(f"{field} must be a finite number", field=field)
     if not epsilon > 0:
         raise InvalidRequest(f"{field} must be positive", field=field)
-    if not 1e-300 <= delta < 1:
-        raise InvalidRequest("delta must be a number with 1e-300 ≤ delta < 1", field="delta")
+    delta = check_delta(delta, max_delta=max_delta, field=delta_field)
     if epsilon_from_rho(1 / UNITS_PER_RHO, delta) > epsilon:
         raise InvalidRequest(
             f"{field}={epsilon} at delta={delta} allows less than the ledger's unit of ρ (1e-12)",

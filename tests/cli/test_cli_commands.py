@@ -64,6 +64,19 @@ def test_serve_and_worker_arguments() -> None:
         build_parser().parse_args(["admin"])
 
 
+def test_worker_metrics_bind_to_this_machine_unless_told_otherwise() -> None:
+    from inspect import signature
+
+    from app.metrics_server import start_metrics_server
+    from app.worker import run_worker
+
+    assert build_parser().parse_args(["worker"]).metrics_host == "127.0.0.1"
+    assert signature(run_worker).parameters["metrics_host"].default == "127.0.0.1"
+    assert signature(start_metrics_server).parameters["host"].default == "127.0.0.1"
+    told = build_parser().parse_args(["worker", "--metrics-port", "9100", "--metrics-host", "::"])
+    assert (told.metrics_port, told.metrics_host) == (9100, "::")
+
+
 def test_invalid_configuration_is_reported(monkeypatch, capsys) -> None:
     monkeypatch.setenv("PRIVQ_ENV", "production")
     monkeypatch.delenv("PRIVQ_ADMIN_KEY", raising=False)

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 SECRETS = {
     "POSTGRES_PASSWORD": "pw-test-0123456789abcdef",
-    "PRIVQ_ADMIN_KEY": "admin-test-0123456789abcdefghij",
+    "PRIVQ_ADMIN_KEY": "admin-test-0123456789abcdefghijklmnopqrstuv",
 }
 
 
@@ -67,6 +67,16 @@ def test_healthchecks_use_readyz() -> None:
     assert "/readyz" in " ".join(services["api"]["healthcheck"]["test"])
     assert services["proxy"]["depends_on"]["api"]["condition"] == "service_healthy"
     assert "/readyz" in (REPO / "Dockerfile").read_text()
+
+
+def test_worker_metrics_are_reachable_from_the_compose_network_only() -> None:
+    # The metrics port binds 127.0.0.1 by default, which Prometheus in another container
+    # cannot reach: a worker that exposes its metrics port must bind all its interfaces.
+    worker = compose()["services"]["worker"]
+    command = worker["command"]
+    port = command[command.index("--metrics-port") + 1]
+    assert command[command.index("--metrics-host") + 1] == "0.0.0.0"
+    assert worker["expose"] == [port] and not worker.get("ports")
 
 
 def test_no_secret_is_written_in_the_compose_file() -> None:

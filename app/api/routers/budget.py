@@ -14,15 +14,15 @@ from pydantic import BeforeValidator
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint
-from app.api.deps import PrincipalDep
+from app.api.deps import PrincipalDep, SettingsDep
 from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
-from app.api.types import DELTA, ResourceId
+from app.api.types import DELTA, MAX_DELTA_NOTE, ResourceId
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
 from app.services import ledger
-from app.services.rho import units_to_decimal_str, units_to_rho
+from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["budget"])
 
@@ -42,9 +42,10 @@ def read_budget(
     dataset_id: ResourceId,
     session: Session,
     principal: PrincipalDep,
+    settings: SettingsDep,
     delta: Annotated[
         float,
-        DELTA.field("δ for the (ε, δ) report."),
+        DELTA.field(f"δ for the (ε, δ) report. {MAX_DELTA_NOTE}"),
         BeforeValidator(DELTA.check_text),
         Query(),
     ] = DEFAULT_DELTA,
@@ -53,6 +54,7 @@ def read_budget(
     ] = None,
 ) -> BudgetOut:
     """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
+    delta = check_delta(delta, max_delta=settings.max_delta)
     if principal.tenant is not None:
         if tenant_id is not None and tenant_id != principal.tenant.id:
             raise InvalidRequest("tenant_id may only be given with the admin key")

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response, status
 from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
-from app.api.deps import AdminAuth
+from app.api.deps import AdminAuth, SettingsDep
 from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
 from app.api.schemas import GrantCreate, GrantOut, GrantUpdate, error_responses
@@ -31,7 +31,11 @@ router = APIRouter(prefix="/v1/datasets/{dataset_id}/grants", tags=["grants (adm
 )
 @write_endpoint
 def create_grant(
-    dataset_id: ResourceId, body: GrantCreate, session: Session, _admin: AdminAuth
+    dataset_id: ResourceId,
+    body: GrantCreate,
+    session: Session,
+    _admin: AdminAuth,
+    settings: SettingsDep,
 ) -> GrantOut:
     """Grant a tenant a ρ budget on this dataset (grants together stay within rho_total).
 
@@ -41,7 +45,7 @@ def create_grant(
         session,
         dataset_id=dataset_id,
         tenant_id=body.tenant_id,
-        rho_units=body.required_units(rounding="down"),
+        rho_units=body.required_units(rounding="down", max_delta=settings.max_delta),
     )
     return GrantOut.of(grant)
 
@@ -90,6 +94,7 @@ def update_grant(
     body: GrantUpdate,
     session: Session,
     _admin: AdminAuth,
+    settings: SettingsDep,
 ) -> GrantOut:
     """Top up or lower a tenant's limit. Never below what the grant has spent (409
     `rho_below_spent`), never past the dataset's rho_total (409 `rho_total_exceeded`)."""
@@ -97,7 +102,7 @@ def update_grant(
         session,
         dataset_id=dataset_id,
         grant_id=grant_id,
-        rho_units=body.required_units(rounding="down"),
+        rho_units=body.required_units(rounding="down", max_delta=settings.max_delta),
     )
     spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
     return GrantOut.of(grant, spent_units=spent)

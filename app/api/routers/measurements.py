@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, status
+from fastapi import APIRouter, Depends, Header, Query, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
@@ -17,6 +17,7 @@ from app.api.responses import SafeJSONResponse
 from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
 from app.api.types import (
     DELTA,
+    MAX_DELTA_NOTE,
     AttributeName,
     IdempotencyKeyText,
     LaplaceScale,
@@ -30,8 +31,9 @@ from app.services import datasets as dataset_service
 from app.services import dry_run as dry_run_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
+from app.services import releases as release_service
 from app.services.ledger import ChargeResult
-from app.services.rho import units_to_decimal_str, units_to_rho
+from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
 router = APIRouter(tags=["measurements"])
 
@@ -138,20 +140,45 @@ class JobOut(BaseModel):
 
 class MeasurementOut(BaseModel):
     id: int
-    job_id: str
+    job_id: str | None = Field(
+        description="The job that measured it; null for another tenant's job (a release is "
+        "public to every grantee, who bought it is not)."
+    )
     attributes: list[str]
     noise: str
     sigma: float | None = None
     scale: float | None = None
     rho: float
     values: list[int] = Field(description="Noisy counts, row-major over the attributes' codes.")
-    details: dict[str, Any] | None = None
+    details: dict[str, Any] | None = Field(
+        default=None,
+        description="A mechanism round's details (σ, ε, selection statistics); null for "
+        "another tenant's job.",
+    )
     created_at: datetime
     status: Literal["active", "quarantined"] = Field(
         description="quarantined: a model fit could not use it; it stays a release (and "
         "charged) but no fit includes it."
     )
     quarantine_reason: str | None = None
+
+    @classmethod
+    def of(cls, release: release_service.Release) -> MeasurementOut:
+        record = release.record
+        return cls(
+            id=record.id,
+            job_id=release.job_id,
+            attributes=list(record.attributes),
+            noise=record.noise,
+            sigma=record.scale if record.noise == "gaussian" else None,
+            scale=record.scale if record.noise == "laplace" else None,
+            rho=units_to_rho(record.rho_units),
+            values=measurement_service.decoded_values(record),
+            details=release.details,
+            created_at=record.created_at,
+            status=record.status,  # type: ignore[arg-type]
+            quarantine_reason=record.quarantine_reason,
+        )
 
 
 IdempotencyKey = Annotated[
@@ -171,13 +198,21 @@ DryRunFlag = Annotated[
         examples=[True],
     ),
 ]
-DryRunDelta = Annotated[
+DryRunDeltaQuery = Annotated[
     float,
-    DELTA.field("δ for the dry run's ε (tight CKS conversion)."),
+    DELTA.field(f"δ for the dry run's ε (tight CKS conversion). {MAX_DELTA_NOTE}"),
     BeforeValidator(DELTA.check_text),
     Query(examples=[1e-6]),
 ]
 DEFAULT_DELTA = 1e-6
+
+
+async def _dry_run_delta(settings: SettingsDep, delta: DryRunDeltaQuery = DEFAULT_DELTA) -> float:
+    """The `delta` query parameter, within the service's maximum δ (422 naming it if not)."""
+    return check_delta(delta, max_delta=settings.max_delta)
+
+
+DryRunDelta = Annotated[float, Depends(_dry_run_delta)]
 
 
 def dry_run_response(estimate: dict[str, Any]) -> JSONResponse:
@@ -207,9 +242,10 @@ def _plan(
         domain,
         body.marginals,
         noise_kind=body.noise,
-        rho_units_total=body.amount_units(rounding="up"),
+        rho_units_total=body.amount_units(rounding="up", max_delta=settings.max_delta),
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
+        max_request_cells=settings.max_request_cells,
     )
     return dataset, plan
 
@@ -237,9 +273,9 @@ def create_measurement(
     database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
+    delta: DryRunDelta,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRunFlag = False,
-    delta: DryRunDelta = DEFAULT_DELTA,
 ) -> JobAccepted | JSONResponse:
     """Charge ρ and queue a job that measures the marginals with exact discrete noise.
 
@@ -308,29 +344,17 @@ def list_measurements(
     principal: PrincipalDep,
     page: PageDep,
 ) -> list[MeasurementOut]:
-    """Every noisy measurement of the dataset: they are differentially private releases."""
+    """Every noisy measurement of the dataset: they are differentially private releases.
+
+    Everyone who may see the dataset sees every release's values; a tenant sees the
+    `job_id` and `details` only of its own jobs' measurements (the admin: of all).
+    """
     tenant_id = principal.tenant_id
     with database.read_only() as session:
         dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
-        found = measurement_service.page_for_dataset(
-            session, dataset_id, limit=page.limit, cursor=page.cursor
+        found = release_service.page_for(
+            session, dataset_id, tenant_id=tenant_id, limit=page.limit, cursor=page.cursor
         )
     page.link_next(found.next_cursor)
     # Decoded with the connection back in the pool: a page holds up to 1000 releases.
-    return [
-        MeasurementOut(
-            id=record.id,
-            job_id=record.job_id,
-            attributes=list(record.attributes),
-            noise=record.noise,
-            sigma=record.scale if record.noise == "gaussian" else None,
-            scale=record.scale if record.noise == "laplace" else None,
-            rho=units_to_rho(record.rho_units),
-            values=measurement_service.decoded_values(record),
-            details=record.details,
-            created_at=record.created_at,
-            status=record.status,  # type: ignore[arg-type]
-            quarantine_reason=record.quarantine_reason,
-        )
-        for record in found.items
-    ]
+    return [MeasurementOut.of(release) for release in found.items]

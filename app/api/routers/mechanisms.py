@@ -12,7 +12,6 @@ from pydantic import BeforeValidator, ConfigDict, Field
 from app.api.concurrency import write_endpoint
 from app.api.deps import CurrentTenant, DatabaseDep, SettingsDep
 from app.api.routers.measurements import (
-    DEFAULT_DELTA,
     DryRunDelta,
     DryRunFlag,
     IdempotencyKey,
@@ -102,7 +101,8 @@ class Submission:
     delta: float
 
     def submit(self, kind: str, dataset_id: str, body: AimRequest) -> JobAccepted | JSONResponse:
-        rho_units_total = body.required_units(rounding="up")  # before the write transaction
+        max_delta = self.settings.max_delta
+        rho_units_total = body.required_units(rounding="up", max_delta=max_delta)  # before writing
         if self.dry_run:
             with self.database.read_only() as read_session:
                 estimate = dry_run_service.mechanism(
@@ -139,9 +139,9 @@ async def _submission(
     database: DatabaseDep,
     settings: SettingsDep,
     tenant: CurrentTenant,
+    delta: DryRunDelta,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRunFlag = False,
-    delta: DryRunDelta = DEFAULT_DELTA,
 ) -> Submission:
     return Submission(database, settings, tenant, idempotency_key, dry_run, delta)
 
