@@ -5,22 +5,28 @@
 1. nothing to do if the job's measurements are stored (a retried job never draws again);
 2. `AccessLost` if an earlier attempt passed the gate but stored nothing: that draw
    stays charged, and drawing again would be a second release;
-3. the gate (`app.services.gate`), whose transaction first checks — with the dataset's
-   row locked, so concurrent jobs of the dataset take turns — that the model of the
-   dataset's releases, of the jobs drawing now and of this job stays within
-   `max_model_cells` (a refusal there records nothing, so the job is refunded whole),
+3. the gate (`app.services.gate`), whose transaction first checks, with the dataset's
+   row locked so that concurrent jobs of the dataset take turns, the model cap:
+   - the dataset's releases and this job's marginals above `max_model_cells`: refused
+     (`model_too_large`, counting only releases, which every grantee sees); nothing is
+     recorded, so the job is refunded whole;
+   - within it, but above it with the jobs drawing now (past their gate, not stored
+     yet): the job waits, unrecorded, until they have stored or ended, and checks
+     again. Waiting, not refusing, so that no refusal tells a tenant what another is
+     drawing;
    then records the whole charge as used and commits;
 4. the true marginals and OpenDP's exact discrete noise, with no transaction open;
 5. one short transaction that stores the noisy counts, before anything uses them.
 
 The request-time check (`measurements.check_model_size`) counts only the caller's own
 queued jobs, so that no refusal reveals what another tenant asked for; step 3 is what
-keeps two tenants' queued jobs from making together a model no fit may build.
+keeps two tenants' jobs from making together a model no fit may build.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from fractions import Fraction
 
 import numpy as np
@@ -28,7 +34,7 @@ from sqlalchemy import Text, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
-from app.db import Dataset, Job, MeasurementRecord, RecordAccess
+from app.db import Dataset, Job, MeasurementRecord, RecordAccess, utcnow
 from app.errors import InvalidRequest
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
@@ -49,7 +55,8 @@ def drawing_attribute_sets(
     session: Session, dataset_id: str, *, besides: str
 ) -> list[tuple[str, ...]]:
     """Attribute sets of the dataset's other measurement jobs that passed the gate and have
-    not stored their noise yet (drawing now): they will join the model."""
+    not stored their noise yet (drawing now): they will join the model. A job whose lease
+    ran out is not drawing any more (its worker died; its draw is lost, never stored)."""
     passed = (
         select(RecordAccess.job_id)
         .where(RecordAccess.dataset_id == dataset_id, RecordAccess.purpose == "measure")
@@ -61,12 +68,22 @@ def drawing_attribute_sets(
             Job.dataset_id == dataset_id,
             Job.kind == "measure",
             Job.status == "running",
+            Job.lease_expires_at > utcnow(),
             Job.id != besides,
             Job.id.in_(passed),
             Job.id.not_in(stored.scalar_subquery()),
         )
     ).all()
     return sorted({tuple(attrs) for text in texts if text for attrs in json.loads(text)})
+
+
+class OthersDrawing(Exception):
+    """Jobs of the dataset drawing now would, with this one, make a model above the cap:
+    wait until they have stored (or ended), then check again."""
+
+
+# How often a job waiting on others' draws looks again (their draws last seconds).
+WAIT_POLL_SECONDS = 0.25
 
 
 def check_model_at_the_gate(
@@ -77,20 +94,23 @@ def check_model_at_the_gate(
     *,
     max_model_cells: int,
 ) -> None:
-    """ModelTooLargeRequest if the dataset's releases, the jobs drawing now and this job's
-    marginals make a model above the cap; the dataset's row locked until the gate commits."""
+    """ModelTooLargeRequest if the dataset's releases and this job's marginals make a model
+    above the cap; OthersDrawing if the jobs drawing now push it above. The dataset's row
+    stays locked until the gate commits, so the next job's check sees this one."""
     session.scalars(select(Dataset.id).where(Dataset.id == job.dataset_id).with_for_update()).one()
-    sets = released_attribute_sets(session, job.dataset_id)
-    sets += drawing_attribute_sets(session, job.dataset_id, besides=job.id)
-    cells = model_cells(domain, [*sets, *marginals])
+    released = released_attribute_sets(session, job.dataset_id)
+    cells = model_cells(domain, [*released, *marginals])
     if cells > max_model_cells:
         raise ModelTooLargeRequest(
-            f"the dataset's model with this measurement would need {cells} cells (other "
-            f"measurements were released or began since it was accepted); the service allows "
-            f"{max_model_cells}. Nothing was drawn and the whole charge is refunded",
+            f"the dataset's model with this measurement would need {cells} cells (measurements "
+            f"were released since it was accepted); the service allows {max_model_cells}. "
+            "Nothing was drawn and the whole charge is refunded",
             model_cells=cells,
             max_model_cells=max_model_cells,
         )
+    drawing = drawing_attribute_sets(session, job.dataset_id, besides=job.id)
+    if drawing and model_cells(domain, [*released, *drawing, *marginals]) > max_model_cells:
+        raise OthersDrawing()
 
 
 def measure_job(runner: jobs.JobRunner, job: Job, domain: Domain) -> bool:
@@ -114,6 +134,17 @@ def measure_job(runner: jobs.JobRunner, job: Job, domain: Domain) -> bool:
     unknown = sorted({a for attrs in marginals for a in attrs if a not in domain})
     if unknown:
         raise InvalidRequest(f"the dataset has no attribute(s) {unknown}")
+    while True:
+        try:
+            return _draw_and_store(runner, job, domain, marginals)
+        except OthersDrawing:
+            time.sleep(WAIT_POLL_SECONDS)  # nothing recorded; the heartbeat keeps the lease
+
+
+def _draw_and_store(
+    runner: jobs.JobRunner, job: Job, domain: Domain, marginals: list[tuple[str, ...]]
+) -> bool:
+    params = job.params
     per_marginal_units = params["rho_units"] // len(marginals)
     records = gate.RecordGate(runner, job, domain)
     with records.open(

@@ -233,3 +233,54 @@ def test_a_request_is_not_refused_for_another_tenants_queue(
     assert sum(lines) == 0 and accesses == []  # nothing read, nothing kept
     model = client.get(f"/v1/datasets/{dataset['id']}/model", headers=first["headers"])
     assert model.status_code == 200 and model.json()["version"] == 1
+
+
+def test_a_job_that_would_overflow_with_another_tenants_draw_waits_and_reveals_nothing(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    """While another tenant's job is past its gate and drawing, a job that would make the
+    model too large with it waits, unrecorded, instead of being refused (a refusal would
+    tell what the other is drawing); once that draw ends, it goes on."""
+    import threading
+    import time
+    from fractions import Fraction
+
+    from app.services import jobs
+
+    first, second = api.create_tenant(), api.create_tenant()
+    dataset = wide_dataset(api, first, second)
+    url = f"/v1/datasets/{dataset['id']}/measurements"
+    drawing = client.post(url, json={"marginals": PATH, "rho": 0.1}, headers=first["headers"])
+    waiting = client.post(url, json={"marginals": REST, "rho": 0.1}, headers=second["headers"])
+    drawing_id, waiting_id = drawing.json()["job_id"], waiting.json()["job_id"]
+    with database.unit_of_work() as session:  # another worker holds the first job, past its gate
+        claimed = jobs.claim(session, owner="busy", lease_seconds=60, is_sqlite=database.is_sqlite)
+        assert claimed is not None and claimed.id == drawing_id
+        session.add(
+            RecordAccess(
+                job_id=drawing_id,
+                dataset_id=dataset["id"],
+                sequence=0,
+                purpose="measure",
+                exact_rho=str(Fraction(1, 10)),
+                rho_units=10**11,
+            )
+        )
+    worker = Worker(database, settings, poll_seconds=0.01)
+    runner = threading.Thread(target=worker.run_once)
+    runner.start()
+    try:
+        time.sleep(1.5)
+        assert runner.is_alive()  # waiting: neither refused nor drawn
+        assert job_row(database, waiting_id).status == "running"
+        with database.read_only() as session:
+            recorded = session.scalars(
+                select(RecordAccess.id).where(RecordAccess.job_id == waiting_id)
+            ).all()
+        assert recorded == []
+        with database.unit_of_work() as session:  # the other draw ends (its worker failed it)
+            jobs.fail(session, jobs.get(session, drawing_id, for_update=True), "gone")
+    finally:
+        runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert job_row(database, waiting_id).status == "succeeded"
