@@ -44,6 +44,14 @@ class CancellingWorker(Worker):
             request_cancel(self.database, job.id)
 
 
+def exact_cost_of(rounds) -> Fraction:  # type: ignore[no-untyped-def]
+    """The exact ρ of stored mechanism rounds, from the σ and ε each used."""
+    return sum(
+        (exact_round_cost(r.scale, float((r.details or {}).get("epsilon", 0.0))) for r in rounds),
+        Fraction(0),
+    )
+
+
 def ledger_of(database, job_id: str) -> list[tuple[str, int]]:
     with database.read_only() as session:
         return [
@@ -106,10 +114,7 @@ def test_a_mechanism_cancelled_mid_run_refunds_exactly_its_unused_rounds(
         ).first()
     assert 2 <= len(rounds) < 6  # stopped at the safe point after the request
     # What the stored rounds cost, exactly, rounded up to the ledger unit: that stays.
-    exact = sum(
-        (exact_round_cost(r.scale, float((r.details or {}).get("epsilon", 0.0))) for r in rounds),
-        Fraction(0),
-    )
+    exact = exact_cost_of(rounds)
     used = math.ceil(exact * UNITS_PER_RHO)
     charged = 400_000_000_000
     assert ledger_of(database, job_id) == [("charge", charged), ("refund", -(charged - used))]
@@ -193,10 +198,7 @@ def test_a_cancel_that_lands_inside_a_selection_does_not_refund_that_round(
     # The selection the cancel landed in ran: its round is drawn, stored and charged, and
     # the third round never began (no selection of its own).
     assert len(selections) == 2 and len(rounds) == 2
-    exact = sum(
-        (exact_round_cost(r.scale, float((r.details or {}).get("epsilon", 0.0))) for r in rounds),
-        Fraction(0),
-    )
+    exact = exact_cost_of(rounds)
     assert all(float((r.details or {})["epsilon"]) > 0 for r in rounds)
     charged = 300_000_000_000
     kept = sum(units for _, units in ledger_of(database, job_id))
