@@ -109,3 +109,25 @@ def test_selecting_or_measuring_outside_an_access_is_refused() -> None:
         run.measure("measure", ("a",), 10.0, 0.0)
     with run.access("measure", 10.0, 0.0), pytest.raises(MechanismStateError):
         run.measure("measure", ("a",), 20.0, 0.0)  # not the price it paid
+
+
+def test_an_aim_run_whose_final_round_was_lost_ends_without_another_round() -> None:
+    truth = synthetic(7)
+    options = MechanismOptions(**FAST)
+    stored: list[Round] = []
+    run_aim(DOMAIN, truth, 0.3, ALL_PAIRS, options=options, on_round=stored.append)
+    assert stored[-1].final
+    gate = Gate(truth)
+    result = run_aim(
+        DOMAIN,
+        gate.read,
+        0.3,
+        ALL_PAIRS,
+        options=options,
+        completed_rounds=stored[:-1],
+        lost_rounds=[stored[-1].cost],
+        gate=gate,
+    )
+    assert gate.accesses == []  # the lost final round spent the rest: nothing more to buy
+    assert len(result.rounds) == len(stored) - 1
+    assert result.rho_used == pytest.approx(0.3, rel=1e-9)

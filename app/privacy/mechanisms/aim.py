@@ -118,7 +118,9 @@ def run_aim(
             sigma, epsilon, annealed = sigma / 2.0, epsilon * 2.0, True
     while not done:
         remaining = run.ledger.remaining
-        if remaining <= 0.0:
+        # Nothing (but float dust) left: a resumed run whose final round was lost after its
+        # gate has spent it already; a round of the dust would measure nothing but noise.
+        if remaining <= rho * 1e-9:
             break
         final = remaining < 2.0 * round_cost(sigma, epsilon)
         if final:
