@@ -44,6 +44,18 @@ class CancellingWorker(Worker):
             request_cancel(self.database, job.id)
 
 
+def stored_rounds_of(database, job_id: str) -> list[MeasurementRecord]:  # type: ignore[no-untyped-def]
+    """The job's stored rounds, in order, detached from their session."""
+    with database.read_only() as session:
+        rounds = session.scalars(
+            select(MeasurementRecord)
+            .where(MeasurementRecord.job_id == job_id)
+            .order_by(MeasurementRecord.position)
+        ).all()
+        session.expunge_all()
+        return list(rounds)
+
+
 def exact_cost_of(rounds) -> Fraction:  # type: ignore[no-untyped-def]
     """The exact ρ of stored mechanism rounds, from the σ and ε each used."""
     return sum(
@@ -101,12 +113,8 @@ def test_a_mechanism_cancelled_mid_run_refunds_exactly_its_unused_rounds(
     job = client.get(f"/v1/jobs/{job_id}", headers=ADMIN_HEADERS).json()
     assert job["status"] == "cancelled"
 
+    rounds = stored_rounds_of(database, job_id)
     with database.read_only() as session:
-        rounds = session.scalars(
-            select(MeasurementRecord)
-            .where(MeasurementRecord.job_id == job_id)
-            .order_by(MeasurementRecord.position)
-        ).all()
         latest = session.scalars(
             select(ModelVersion)
             .where(ModelVersion.dataset_id == dataset["id"])
@@ -189,12 +197,7 @@ def test_a_cancel_that_lands_inside_a_selection_does_not_refund_that_round(
     assert Worker(database, settings, poll_seconds=0.01).run_once()
     job = client.get(f"/v1/jobs/{job_id}", headers=tenant["headers"]).json()
     assert job["status"] == "cancelled"
-    with database.read_only() as session:
-        rounds = session.scalars(
-            select(MeasurementRecord)
-            .where(MeasurementRecord.job_id == job_id)
-            .order_by(MeasurementRecord.position)
-        ).all()
+    rounds = stored_rounds_of(database, job_id)
     # The selection the cancel landed in ran: its round is drawn, stored and charged, and
     # the third round never began (no selection of its own).
     assert len(selections) == 2 and len(rounds) == 2
