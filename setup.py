@@ -4,7 +4,8 @@ Every package under app/, found, plus the Alembic scripts: the repository keeps 
 at the top level (alembic/, beside alembic.ini), and the wheel carries them as
 `app.migration_scripts`, where `app.migrations` finds them in an installed copy. The
 client, `privq_client`, is a top-level package of its own with its `py.typed` marker
-(its dependencies are the `client` extra).
+(its dependencies are the `client` extra). The dashboard's page, scripts, styles and
+vendored Vega builds (app/api/dashboard) ship as package data.
 """
 
 from setuptools import find_packages, setup
@@ -17,5 +18,10 @@ MIGRATIONS = {
 setup(
     packages=[*find_packages(include=["app", "app.*", "privq_client"]), *MIGRATIONS],
     package_dir=MIGRATIONS,
-    package_data={"app.migration_scripts": ["script.py.mako"], "privq_client": ["py.typed"]},
+    package_data={
+        "app.migration_scripts": ["script.py.mako"],
+        "privq_client": ["py.typed"],
+        # The dashboard's page, script, styles and vendored Vega builds (GET /dashboard).
+        "app.api.dashboard": ["*.html", "*.js", "*.css", "vendor/*"],
+    },
 )

@@ -5,7 +5,8 @@ internet `/docs` is a blank page. Here both pages load their JavaScript, CSS and
 favicon from `/docs/assets/`, served from the installed `fastapi-offline` package,
 which bundles current Swagger UI 5 and ReDoc builds (pinned by pip like any other
 dependency, never copied into this repository). The pages themselves reference
-nothing outside the service: no fonts, no validator badge.
+nothing outside the service: no fonts, no validator badge. `/docs` links to the
+dashboard (`GET /dashboard`, `app.api.routers.dashboard`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from fastapi.openapi.docs import (
 )
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+
+from app.api import dashboard
 
 DOCS_URL = "/docs"
 REDOC_URL = "/redoc"
@@ -39,6 +42,20 @@ def assets_directory() -> Path:
     return Path(str(files("fastapi_offline") / "static"))
 
 
+# Above Swagger UI: where the charts of budgets, jobs and models are (GET /dashboard).
+DASHBOARD_LINK = (
+    '<nav aria-label="privq" style="font-family: sans-serif; padding: 10px 20px 0;">'
+    '<a href="{href}">Dashboard</a>: budgets, ledgers, jobs and models as charts.</nav>'
+)
+
+
+def with_dashboard_link(page: HTMLResponse, href: str) -> HTMLResponse:
+    """`page` with a link to the dashboard at the top of its body."""
+    html = bytes(page.body).decode("utf-8")
+    linked = html.replace("<body>", "<body>\n" + DASHBOARD_LINK.format(href=href), 1)
+    return HTMLResponse(linked, status_code=page.status_code)
+
+
 def install_docs(app: FastAPI) -> None:
     """Add the offline Swagger UI and ReDoc pages and their assets to `app`.
 
@@ -53,7 +70,7 @@ def install_docs(app: FastAPI) -> None:
     @app.get(DOCS_URL, include_in_schema=False)
     async def swagger_ui(request: Request) -> HTMLResponse:
         prefix = root(request)
-        return get_swagger_ui_html(
+        page = get_swagger_ui_html(
             openapi_url=f"{prefix}{app.openapi_url}",
             title=f"{app.title} — admin dashboard",
             swagger_js_url=f"{prefix}{ASSETS_URL}/swagger-ui-bundle.js",
@@ -62,6 +79,7 @@ def install_docs(app: FastAPI) -> None:
             oauth2_redirect_url=f"{prefix}{OAUTH2_REDIRECT_URL}",
             swagger_ui_parameters=SWAGGER_UI_PARAMETERS,
         )
+        return with_dashboard_link(page, f"{prefix}{dashboard.URL}")
 
     @app.get(OAUTH2_REDIRECT_URL, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
