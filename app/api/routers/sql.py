@@ -1,0 +1,101 @@
+"""POST /v1/datasets/{id}/sql: SQL over the dataset's latest model (free, API v1.2).
+
+The text is checked against the grammar first (no model needed), then compiled over
+the model's schema to factored queries and answered like `POST /queries`: small work
+on the event loop, larger in an answer thread. `Accept: text/csv` returns the table as
+CSV. Never touches the ledger or the records.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import DatabaseDep, DatasetAccessDep, ReadsDep, SettingsDep
+from app.api.responses import SafeJSONResponse
+from app.api.routers.answers import _answer, _model_for
+from app.api.schemas import RequestBody, error_responses
+from app.services import answers
+from app.sql import MAX_SQL_CHARACTERS
+
+router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
+
+
+class SqlIn(RequestBody):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "query": "SELECT sex, COUNT(*) AS n, AVG(age) FROM adult "
+                    'WHERE "hours-per-week" >= 40 GROUP BY sex ORDER BY n DESC'
+                }
+            ]
+        },
+    )
+    # Longer texts reach the service's own check, which names the limit (sql_too_complex).
+    query: str = Field(
+        max_length=MAX_SQL_CHARACTERS * 10,
+        description=f"One SELECT statement, at most {MAX_SQL_CHARACTERS} characters.",
+    )
+
+
+class SqlOut(BaseModel):
+    columns: list[str]
+    rows: list[list[Any]] = Field(description="One list of values per row; NULL is null.")
+    standard_errors: list[list[float | None]] = Field(
+        description="Per value: its standard error where measurements cover what it adds "
+        "up (COUNT and SUM), else null."
+    )
+    model_version: int
+    unmeasured: list[str] = Field(description="Attributes of the query no measurement touched.")
+    note: str | None
+    terms: int = Field(description="Inclusion–exclusion terms of the WHERE clause.")
+    factored_queries: int = Field(description="Factored queries the answer took.")
+
+
+def _wants_csv(request: Request) -> bool:
+    return "text/csv" in request.headers.get("accept", "").lower()
+
+
+@router.post(
+    "/sql",
+    response_model=None,
+    responses={
+        200: {"model": SqlOut, "content": {"text/csv": {}}},
+        **error_responses(
+            {
+                404: "No such dataset (or no grant on it); or `no_model` before the first fit.",
+                422: "`bad_sql` (syntax, unknown name or value, with its position), "
+                "`unsupported_sql` (a construct outside the grammar, named, with its "
+                "position), `sql_too_complex`, `query_too_large`, `too_many_cells`.",
+            }
+        ),
+    },
+)
+async def answer_sql(
+    request: Request,
+    body: SqlIn,
+    database: DatabaseDep,
+    access: DatasetAccessDep,
+    settings: SettingsDep,
+    reads: ReadsDep,
+) -> Response:
+    """A SQL SELECT answered from the model (free): grouped COUNT/SUM/AVG/VAR/STDDEV."""
+    statement = answers.read_sql(body.query)
+    loaded = await _model_for(database, access)
+    names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
+    prepared = answers.prepare_sql(
+        loaded, statement, table_names=names, max_cells=settings.max_marginal_cells
+    )
+    result = await _answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
+    if _wants_csv(request):
+        return Response(
+            answers.sql_csv(result),
+            media_type="text/csv; charset=utf-8",
+            headers={"X-Model-Version": str(result["model_version"])},
+        )
+    return SafeJSONResponse(result)

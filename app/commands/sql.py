@@ -1,0 +1,109 @@
+"""`privq sql DATASET "SELECT …"`: SQL over a dataset's latest model, on the host.
+
+The same answer as `POST /v1/datasets/{id}/sql` (docs/sql.md), read from the database
+the `PRIVQ_*` settings name, as the admin sees it. DATASET is an id or a unique name.
+Prints a table, or with `--json` the API's JSON, or with `--csv` the API's CSV. Free:
+nothing is charged, no record is read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from app.commands.output import fail
+from app.config import Settings
+from app.errors import PrivqError
+
+
+def _answer(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    from app.db import Database
+    from app.services import answers
+    from app.services import models as model_service
+
+    database = Database.from_settings(settings)
+    try:
+        statement = answers.read_sql(args.query)
+        with database.read_only() as session:
+            dataset_id = answers.resolve_dataset(session, args.dataset)
+            version = model_service.visible_latest_version(session, dataset_id, tenant_id=None)
+            names = answers.table_names(session, dataset_id)
+        if version is None:
+            raise model_service.NoModel()
+        loaded = answers.load_ready_model(database, dataset_id, version)
+        prepared = answers.prepare_sql(
+            loaded, statement, table_names=names, max_cells=settings.max_marginal_cells
+        )
+        return answers.answer_sql(loaded, prepared)
+    finally:
+        database.dispose()
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.6g}" if abs(value) < 1e15 else f"{value:.6e}"
+    return str(value)
+
+
+def _table(result: dict[str, Any]) -> str:
+    """Columns aligned: text to the left, numbers to the right; a footer with the version."""
+    columns = [str(c) for c in result["columns"]]
+    rows = result["rows"]
+    cells = [[_text(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows)
+        for i in range(len(columns))
+    ]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if right else v.ljust(w)
+            for v, w, right in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    footer = f"({len(rows)} rows, model version {result['model_version']}"
+    if result["unmeasured"]:
+        footer += f"; no measurement touched {', '.join(result['unmeasured'])}"
+    return "\n".join([line(columns), *(line(c) for c in cells), footer + ")"])
+
+
+def run_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from app.migrations import database_problem
+    from app.services import answers
+
+    problem = database_problem(settings, reachable_required=True)
+    if problem is not None:
+        return fail(problem)
+    try:
+        result = _answer(args, settings)
+    except PrivqError as error:
+        return fail(error.message)
+    except OperationalError as error:
+        return fail(f"cannot reach the database ({type(error.orig).__name__})")
+    except SQLAlchemyError as error:
+        return fail(f"database error ({type(error).__name__})")
+    if args.json:
+        print(json.dumps(result, allow_nan=False))
+    elif args.csv:
+        print(answers.sql_csv(result), end="")
+    else:
+        print(_table(result))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    parser = commands.add_parser(
+        "sql", help="answer a SQL SELECT from a dataset's model (free; docs/sql.md)"
+    )
+    parser.add_argument("dataset", help="the dataset's id or name")
+    parser.add_argument("query", help='one SELECT statement, e.g. "SELECT COUNT(*) FROM adult"')
+    formats = parser.add_mutually_exclusive_group()
+    formats.add_argument("--json", action="store_true", help="print the HTTP API's JSON")
+    formats.add_argument("--csv", action="store_true", help="print CSV (as Accept: text/csv)")
+    parser.set_defaults(handler=run_sql)

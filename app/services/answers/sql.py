@@ -1,0 +1,188 @@
+"""SQL over the model (API v1.2): a SELECT compiled by `app.sql` to factored queries and
+answered from the dataset's latest model — free, post-processing like `POST /queries`.
+
+`read_sql` checks the text against the grammar (no model needed); `prepare_sql`
+compiles it over the model's schema and sizes the work under the same limits as the
+other free answers (`TooManyCells` past the response cap, `QueryTooLarge` past the
+inference cap); `answer_sql` runs the factored queries and builds the table, with the
+attributes no measurement touched and, for COUNT and SUM, a standard error per value
+where measurements cover the marginal the value adds up (AIM §5, Theorem 1's
+estimator, as GET /marginals reports it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from cachetools import LRUCache
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app import sql
+from app.db import Dataset
+from app.errors import NotFound
+from app.pgm.elimination import InferenceTooLarge
+from app.services.answers.common import (
+    MAX_INFERENCE_CELLS,
+    MAX_QUERIES_PER_REQUEST,
+    TooManyCells,
+    WorkSize,
+    too_large,
+    untouched_note,
+)
+from app.services.answers.marginals import standard_error
+from app.services.models import LoadedModel
+from app.sql import SqlPlan, Statement, TermQuery
+
+
+@dataclass(frozen=True)
+class PreparedSql:
+    """A compiled query, its factored queries, and the size of the work answering takes."""
+
+    plan: SqlPlan
+    queries: tuple[TermQuery, ...]
+    size: WorkSize
+
+
+def read_sql(text: str) -> Statement:
+    """Parse and check the text against the grammar (bad_sql, unsupported_sql, …)."""
+    return sql.read(text)
+
+
+# Names of datasets (fixed at upload) by id: FROM may name the dataset or its id.
+_names: LRUCache[str, str] = LRUCache(maxsize=4096)
+_names_lock = threading.Lock()
+
+
+def table_names(session: Session, dataset_id: str) -> tuple[str, str]:
+    """What FROM may say for this dataset: its name, then its id."""
+    with _names_lock:
+        name = _names.get(dataset_id)
+    if name is None:
+        found = session.execute(select(Dataset.name).where(Dataset.id == dataset_id)).scalar()
+        if found is None:
+            raise NotFound("no such dataset")
+        name = str(found)
+        with _names_lock:
+            _names[dataset_id] = name
+    return name, dataset_id
+
+
+def prepare_sql(
+    loaded: LoadedModel,
+    statement: Statement,
+    *,
+    table_names: Sequence[str],
+    max_cells: int,
+) -> PreparedSql:
+    """Compile a checked statement over the model and size it (every refusal a 422)."""
+    schema, model = loaded.schema, loaded.model
+    plan = sql.compile_statement(statement, schema, model.domain, table_names)
+    queries = sql.build_queries(plan, model.domain)
+    cells = sql.group_cells(plan)
+    if cells > max_cells:
+        raise TooManyCells(
+            f"query: GROUP BY {', '.join(plan.group)} has {cells} groups, more than the "
+            f"limit of {max_cells}; group by fewer or smaller attributes",
+            parameter="query",
+            cells=cells,
+            max_cells=max_cells,
+        )
+    if len(queries) > MAX_QUERIES_PER_REQUEST:
+        raise sql.TooManyTerms(
+            f"query: answering needs {len(queries)} factored queries, more than the limit "
+            f"of {MAX_QUERIES_PER_REQUEST}; aggregate fewer attributes or simplify WHERE",
+            parameter="query",
+            max_queries=MAX_QUERIES_PER_REQUEST,
+        )
+    largest = 0
+    work = 0
+    for item in queries:
+        try:
+            tree_plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
+        except InferenceTooLarge as error:
+            raise too_large(error, "query") from None
+        largest = max(largest, tree_plan.max_intermediate_cells)
+        work += tree_plan.work
+    return PreparedSql(plan, queries, WorkSize(cells * max(len(plan.outputs), 1), largest, work))
+
+
+def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
+    errors: dict[int, np.ndarray] = {}
+    for index, spec in enumerate(plan.aggregates):
+        weights = sql.error_weights(plan, spec)
+        if weights is None:
+            continue
+        attributes, sums = weights
+        per_cell = standard_error(loaded, attributes).value
+        if per_cell is not None:
+            errors[index] = per_cell * np.sqrt(sums)
+    return errors
+
+
+def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
+    """The result table: `{"columns", "rows", "standard_errors", "model_version",
+    "unmeasured", "note", "terms", "factored_queries"}`."""
+    plan = prepared.plan
+    answers = loaded.model.answer_many(
+        [item.query for item in prepared.queries], max_cells=MAX_INFERENCE_CELLS
+    )
+    totals = sql.totals(plan, prepared.queries, answers)
+    table = sql.build_table(plan, totals, _standard_errors(loaded, plan))
+    unmeasured, note = untouched_note(loaded, plan.mentioned)
+    return {
+        "columns": table.columns,
+        "rows": table.rows,
+        "standard_errors": table.errors,
+        "model_version": loaded.version,
+        "unmeasured": unmeasured,
+        "note": note,
+        "terms": len(plan.terms),
+        "factored_queries": len(prepared.queries),
+    }
+
+
+def sql_csv(result: dict[str, Any]) -> str:
+    """The result table as CSV: a header of column names; NULL is an empty cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(result["columns"])
+    for row in result["rows"]:
+        writer.writerow(["" if value is None else value for value in row])
+    return out.getvalue()
+
+
+def sql_answer(
+    loaded: LoadedModel, text: str, *, table_names: Sequence[str], max_cells: int
+) -> dict[str, Any]:
+    """Read, compile and answer a query in one call (tests, benchmarks, scripts)."""
+    prepared = prepare_sql(loaded, read_sql(text), table_names=table_names, max_cells=max_cells)
+    return answer_sql(loaded, prepared)
+
+
+def resolve_dataset(session: Session, dataset: str) -> str:
+    """The id of a dataset named by its id or its (unique) name, as the operator's
+    command line names it; NotFound if none, or if several datasets share the name."""
+    by_id = session.execute(
+        select(Dataset.id).where(Dataset.id == dataset, Dataset.deleted_at.is_(None))
+    ).scalar()
+    if by_id is not None:
+        return str(by_id)
+    found = (
+        session.execute(
+            select(Dataset.id).where(Dataset.name == dataset, Dataset.deleted_at.is_(None))
+        )
+        .scalars()
+        .all()
+    )
+    if len(found) == 1:
+        return str(found[0])
+    if found:
+        raise NotFound(f"{len(found)} datasets are named {dataset!r}; give the id")
+    raise NotFound(f"no dataset with the id or name {dataset!r}")

@@ -1,0 +1,176 @@
+"""A `SqlPlan` → the factored queries that answer it, and their answers → `Totals`.
+
+Per inclusion–exclusion term (a box with a sign), one query counts the rows of each
+group: an identity factor per GROUP BY attribute (masked by the box where the box
+restricts it) and an indicator factor per other attribute the box restricts
+(Private-PGM appendix B, Table 2). Per aggregated attribute a, one more query has a
+moments factor on a with rows Σ 1 (a has a value), Σ x, Σ x² — x the code's number:
+bin midpoints, as `POST /queries` "moments" uses. The signed sum of the terms' answers
+is the answer over the union (regions.inclusion_exclusion).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.pgm.domain import Domain
+from app.pgm.queries import FactoredQuery, QueryFactor
+from app.sql.compile import SqlPlan
+from app.sql.predicates import AttributeCodes
+from app.sql.regions import Box
+from app.sql.results import AggregateSpec, Totals
+
+MOMENT_ROWS = 3  # Σ 1 (with a value), Σ x, Σ x²
+
+
+@dataclass(frozen=True)
+class TermQuery:
+    """One factored query: a term's counts (`attribute` None) or one attribute's sums."""
+
+    term: int
+    attribute: str | None
+    query: FactoredQuery
+    shape: tuple[int, ...]  # the answer's shape with every group axis, size 1 included
+    moment_axis: int | None  # the axis of the sums, moved last
+
+
+def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
+    mask = dict(box).get(codes.name)
+    vector = np.ones(codes.size)
+    if mask is not None:
+        vector = np.array([(mask >> c) & 1 for c in range(codes.size)], dtype=float)
+    return vector
+
+
+def _moment_rows(codes: AttributeCodes) -> np.ndarray:
+    return np.stack([codes.non_null, codes.points, codes.points**2])
+
+
+def _term_query(
+    plan: SqlPlan, domain: Domain, index: int, box: Box, attribute: str | None
+) -> TermQuery:
+    factors: list[QueryFactor] = []
+    shape: list[int] = []
+    moment_axis = None
+    names = list(plan.group)
+    if attribute is not None and attribute not in names:
+        names.append(attribute)
+    names += [name for name, _ in box if name not in names]
+    for name in names:
+        codes = plan.codes[name]
+        mask = _mask_vector(codes, box)
+        grouped = name in plan.group
+        if grouped and name == attribute:
+            rows = _moment_rows(codes) * mask
+            matrix = np.zeros((codes.size * MOMENT_ROWS, codes.size))
+            for code in range(codes.size):
+                matrix[code * MOMENT_ROWS : (code + 1) * MOMENT_ROWS, code] = rows[:, code]
+            shape += [codes.size, MOMENT_ROWS]
+            moment_axis = len(shape) - 1
+        elif grouped:
+            matrix = np.diag(mask)
+            shape.append(codes.size)
+        elif name == attribute:
+            matrix = _moment_rows(codes) * mask
+            shape.append(MOMENT_ROWS)
+            moment_axis = len(shape) - 1
+        else:
+            matrix = mask.reshape(1, -1)
+        kind = "groups" if matrix.shape[0] > 1 else "weights"
+        labels = tuple(str(row) for row in range(matrix.shape[0]))
+        factors.append(QueryFactor(name, matrix, kind, labels))
+    return TermQuery(
+        index, attribute, FactoredQuery(domain, tuple(factors)), tuple(shape), moment_axis
+    )
+
+
+def build_queries(plan: SqlPlan, domain: Domain) -> tuple[TermQuery, ...]:
+    """Every factored query the plan needs: per term, its counts and each attribute's sums."""
+    queries = []
+    for index, (_, box) in enumerate(plan.terms):
+        queries.append(_term_query(plan, domain, index, box, None))
+        for attribute in plan.moment_attributes:
+            queries.append(_term_query(plan, domain, index, box, attribute))
+    return tuple(queries)
+
+
+def group_cells(plan: SqlPlan) -> int:
+    return math.prod(plan.codes[name].size for name in plan.group)
+
+
+def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.ndarray]) -> Totals:
+    """The signed sum of the terms' answers: counts and sums per group cell."""
+    cells = group_cells(plan)
+    count = np.zeros(cells)
+    sums = {a: np.zeros((cells, MOMENT_ROWS)) for a in plan.moment_attributes}
+    for item, answer in zip(queries, answers, strict=True):
+        coefficient = plan.terms[item.term][0]
+        table = np.asarray(answer, dtype=float).reshape(item.shape)
+        if item.attribute is None:
+            count += coefficient * table.reshape(cells)
+        else:
+            if item.moment_axis is not None:
+                table = np.moveaxis(table, item.moment_axis, -1)
+            sums[item.attribute] += coefficient * table.reshape(cells, MOMENT_ROWS)
+    return Totals(count, sums)
+
+
+def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    result = np.ones(1)
+    for vector in vectors:
+        result = np.multiply.outer(result, vector).reshape(-1)
+    return result
+
+
+def support(plan: SqlPlan, attribute: str | None) -> np.ndarray:
+    """Per group cell: whether the WHERE region holds any cell of that group (with a
+    value of `attribute`, when given). Groups without are left out, as SQL leaves out
+    groups with no rows."""
+    found = np.zeros(group_cells(plan), dtype=bool)
+    for box in plan.region:
+        masks = dict(box)
+        if attribute is not None and attribute not in plan.group:
+            codes = plan.codes[attribute]
+            if not masks.get(attribute, codes.full) & codes.values_mask:
+                continue
+        vectors = []
+        for name in plan.group:
+            codes = plan.codes[name]
+            vector = _mask_vector(codes, box) > 0
+            if name == attribute:
+                vector = vector & (codes.non_null > 0)
+            vectors.append(vector.astype(float))
+        found |= _outer(vectors) > 0
+    return found
+
+
+def error_weights(plan: SqlPlan, spec: AggregateSpec) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """For COUNT and SUM: the marginal whose cells the answer adds up, and per group cell
+    Σ w² over the cells it adds (w: 1 for counts, x for sums), so that a per-cell standard
+    error σ of that marginal gives the answer's standard error σ·√(Σ w²). None for the
+    other aggregates (ratios: no error is claimed)."""
+    if spec.function not in ("count", "sum"):
+        return None
+    attribute = spec.attribute
+    names = tuple(
+        dict.fromkeys([*plan.group, *plan.where_attributes, *([attribute] if attribute else [])])
+    )
+    weights = np.zeros(group_cells(plan))
+    for coefficient, box in plan.terms:
+        vectors = []
+        scalar = 1.0
+        for name in names:
+            codes = plan.codes[name]
+            vector = _mask_vector(codes, box)
+            if name == attribute:
+                vector = vector * (codes.non_null if spec.function == "count" else codes.points**2)
+            if name in plan.group:
+                vectors.append(vector)
+            else:
+                scalar *= float(vector.sum())
+        weights += coefficient * scalar * _outer(vectors)
+    return names, np.maximum(weights, 0.0)

@@ -1,0 +1,281 @@
+"""One attribute's predicate → the codes where it is true and the codes where it is false.
+
+SQL's three-valued logic: on the "no value" code (an attribute with `missing`) every
+comparison is unknown — neither true nor false — and only IS [NOT] NULL decides it.
+Keeping both sets lets NOT, AND and OR combine predicates exactly as SQL does.
+
+Values are compared as the schema defines the attribute's codes:
+- categorical: its string values (=, <>, IN, LIKE; <, > compare strings);
+- integer: the codes as numbers;
+- numeric (binned): the model counts values per bin, not where they lie inside one, so
+  a comparison must hold for all or none of each bin's values — `age < 30` is answered
+  when 30 is a bin edge; `age < 31` is refused naming the bin it cuts. `=`/IN also take
+  a bin's label ("[18, 30)").
+Masks are Python integers: bit c is code c.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from app.schema import Attribute, SchemaError, format_number
+from app.sql.errors import Position, bad_sql, unsupported
+from app.sql.statement import Value
+
+Masks = tuple[int, int]  # (true on, false on)
+
+
+@dataclass(frozen=True)
+class AttributeCodes:
+    """An attribute's codes as the model's domain has them, and what each code means."""
+
+    attribute: Attribute
+    size: int  # codes in the model's domain, the null code included
+
+    @property
+    def name(self) -> str:
+        return self.attribute.name
+
+    @property
+    def kind(self) -> str:
+        return self.attribute.kind
+
+    @cached_property
+    def null_code(self) -> int | None:
+        """The last code, when the attribute admits missing values."""
+        return self.size - 1 if getattr(self.attribute, "missing", False) else None
+
+    @property
+    def value_count(self) -> int:
+        return self.size - 1 if self.null_code is not None else self.size
+
+    @property
+    def full(self) -> int:
+        return (1 << self.size) - 1
+
+    @property
+    def values_mask(self) -> int:
+        return (1 << self.value_count) - 1
+
+    @cached_property
+    def labels(self) -> list[str | int | None]:
+        """What a row shows for each code: the value, the bin label, the integer; None
+        for the null code."""
+        shown: list[str | int | None]
+        if self.kind == "integer":
+            shown = list(range(self.value_count))
+        else:
+            shown = list(self.attribute.labels()[: self.value_count])
+        if self.null_code is not None:
+            shown.append(None)
+        return shown
+
+    @cached_property
+    def points(self) -> np.ndarray:
+        """The number each code stands for (bin midpoints, integers); 0 on the null code."""
+        values = np.zeros(self.size)
+        values[: self.value_count] = np.asarray(self.attribute.midpoints(), dtype=float)[
+            : self.value_count
+        ]
+        return values
+
+    @cached_property
+    def non_null(self) -> np.ndarray:
+        present = np.zeros(self.size)
+        present[: self.value_count] = 1.0
+        return present
+
+    def sort_key(self, code: int) -> str | int:
+        """ORDER BY: categorical values as strings, bins and integers in code order."""
+        if self.kind == "categorical":
+            return str(self.labels[code])
+        return code
+
+
+def mask_of(codes: list[int] | np.ndarray) -> int:
+    mask = 0
+    for code in codes:
+        mask |= 1 << int(code)
+    return mask
+
+
+def _bin_truth(low: float, high: float, closed: bool, op: str, value: float) -> bool | None:
+    """Whether `x op value` holds for every x in the bin (True), none (False), or some."""
+    below_high = high < value if closed else high <= value  # every x < value
+    if op == "<":
+        return True if below_high else (False if low >= value else None)
+    if op == "<=":
+        return True if high <= value else (False if low > value else None)
+    if op == ">":
+        return True if low > value else (False if high <= value else None)
+    if op == ">=":
+        return True if low >= value else (False if below_high else None)
+    outside = value < low or (value > high if closed else value >= high)
+    if op == "=":
+        return False if outside else None
+    return True if outside else None  # "<>"
+
+
+def _number(codes: AttributeCodes, value: Value, at: Position | None) -> float:
+    if isinstance(value, bool) or value is None:
+        raise bad_sql(f"compare {codes.name!r} with a number", at)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise bad_sql(
+                f"{value!r} is not a number ({codes.name!r} is {codes.kind})", at
+            ) from None
+    else:
+        number = float(value)
+    if math.isnan(number):
+        raise bad_sql(f"compare {codes.name!r} with a number", at)
+    return number
+
+
+def _compare_values(op: str, left: object, right: object) -> bool:
+    if op == "=":
+        return left == right
+    if op == "<>":
+        return left != right
+    ordered_left: Any = left
+    if op == "<":
+        return bool(ordered_left < right)
+    if op == "<=":
+        return bool(ordered_left <= right)
+    if op == ">":
+        return bool(ordered_left > right)
+    return bool(ordered_left >= right)
+
+
+def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -> Masks:
+    """`attribute op value`."""
+    if value is None:
+        raise bad_sql(f"a comparison with NULL is never true; write {codes.name} IS [NOT] NULL", at)
+    values = codes.values_mask
+    if codes.kind == "categorical":
+        if not isinstance(value, str):
+            raise bad_sql(f"{codes.name!r} is categorical: compare it with a quoted value", at)
+        if op in ("=", "<>"):
+            true = mask_of(_known_codes(codes, [value], at))
+            return (true, values & ~true) if op == "=" else (values & ~true, true)
+        chosen = [
+            c for c in range(codes.value_count) if _compare_values(op, codes.labels[c], value)
+        ]
+        true = mask_of(chosen)
+        return true, values & ~true
+    if codes.kind == "numeric" and isinstance(value, str):
+        if op not in ("=", "<>"):
+            raise bad_sql(
+                f"{codes.name!r} is numeric: order comparisons take numbers, not bin labels", at
+            )
+        true = mask_of(_known_codes(codes, [value], at))
+        return (true, values & ~true) if op == "=" else (values & ~true, true)
+    number = _number(codes, value, at)
+    if codes.kind == "integer":
+        true = mask_of([c for c in range(codes.value_count) if _compare_values(op, c, number)])
+        return true, values & ~true
+    edges = codes.attribute.edges
+    true = false = 0
+    for code in range(codes.value_count):
+        holds = _bin_truth(edges[code], edges[code + 1], code == codes.value_count - 1, op, number)
+        if holds is True:
+            true |= 1 << code
+        elif holds is False:
+            false |= 1 << code
+    return true, false
+
+
+def _known_codes(codes: AttributeCodes, labels: list[Value], at: Position | None) -> list[int]:
+    if codes.kind == "integer":
+        found = []
+        for label in labels:
+            number = _number(codes, label, at)
+            if number.is_integer() and 0 <= number < codes.value_count:
+                found.append(int(number))
+        return found
+    try:
+        return [int(c) for c in codes.attribute.encode_labels(labels)]
+    except SchemaError as error:
+        known = ", ".join(repr(label) for label in codes.labels[:12] if label is not None)
+        more = " …" if codes.value_count > 12 else ""
+        raise bad_sql(f"{error} (values: {known}{more})", at) from None
+
+
+def in_list(codes: AttributeCodes, values: list[Value], at: Position | None) -> Masks:
+    """`attribute IN (values)`: a NULL in the list makes the non-matching rows unknown."""
+    true, false = 0, codes.values_mask
+    for value in values:
+        if value is None:
+            false = 0
+            continue
+        value_true, value_false = compare(codes, "=", value, at)
+        true |= value_true
+        false &= value_false
+    return true, false
+
+
+def is_null(codes: AttributeCodes) -> Masks:
+    null = 0 if codes.null_code is None else 1 << codes.null_code
+    return null, codes.values_mask
+
+
+def _like_pattern(pattern: str, escape: str | None, case_insensitive: bool) -> re.Pattern[str]:
+    escape_character = "\\" if escape is None else escape
+    parts: list[str] = []
+    index = 0
+    while index < len(pattern):
+        character = pattern[index]
+        if character == escape_character and index + 1 < len(pattern):
+            parts.append(re.escape(pattern[index + 1]))
+            index += 2
+            continue
+        parts.append(
+            ".*" if character == "%" else "." if character == "_" else re.escape(character)
+        )
+        index += 1
+    flags = re.DOTALL | (re.IGNORECASE if case_insensitive else 0)
+    return re.compile("".join(parts), flags)
+
+
+def like(
+    codes: AttributeCodes,
+    pattern: Value,
+    escape: str | None,
+    case_insensitive: bool,
+    at: Position | None,
+) -> Masks:
+    """`attribute [I]LIKE pattern` over a categorical attribute's values."""
+    if codes.kind != "categorical":
+        raise unsupported(
+            f"LIKE on the {codes.kind} attribute {codes.name!r}",
+            at,
+            "LIKE matches categorical values; compare numbers with <, >=, BETWEEN",
+        )
+    if not isinstance(pattern, str):
+        raise bad_sql("LIKE takes a quoted pattern", at)
+    compiled = _like_pattern(pattern, escape, case_insensitive)
+    chosen = [c for c in range(codes.value_count) if compiled.fullmatch(str(codes.labels[c]))]
+    true = mask_of(chosen)
+    return true, codes.values_mask & ~true
+
+
+def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Position | None) -> None:
+    """Refuse a predicate on a binned attribute that holds for part of a bin only."""
+    true, false = masks
+    undecided = codes.values_mask & ~(true | false)
+    if not undecided or codes.kind != "numeric":
+        return
+    first = (undecided & -undecided).bit_length() - 1
+    edges = ", ".join(format_number(e) for e in codes.attribute.edges)
+    raise bad_sql(
+        f"{text} cuts the bin {codes.labels[first]} of {codes.name!r}: the model counts "
+        f"values per bin, not where they lie inside one; compare with bin edges ({edges})",
+        at,
+    )

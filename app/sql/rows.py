@@ -1,0 +1,80 @@
+"""`Totals` → the result table: one row per group the WHERE clause can hold, the
+aggregates' values (NULL where SQL gives NULL), then HAVING, ORDER BY and the page."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.sql.compile import SqlPlan
+from app.sql.factored import group_cells, support
+from app.sql.results import Row, Totals, aggregate_values, holds, order_rows, page
+
+Cell = str | int | float | None
+
+
+@dataclass(frozen=True)
+class SqlTable:
+    """Column names, rows of values, and per value its standard error (None: none)."""
+
+    columns: list[str]
+    rows: list[list[Cell]]
+    errors: list[list[float | None]]
+
+
+def _shown(values: np.ndarray) -> list[float | None]:
+    """Floats as JSON numbers; NaN (SQL NULL, or no standard error) as None."""
+    return [value if value == value else None for value in values.tolist()]
+
+
+def build_table(
+    plan: SqlPlan, totals: Totals, standard_errors: Mapping[int, np.ndarray] | None = None
+) -> SqlTable:
+    """The rows of a plan from its totals; `standard_errors` by aggregate index, per group
+    cell (NaN where there is none)."""
+    errors = standard_errors or {}
+    # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
+    cells = np.flatnonzero(support(plan, None)) if plan.group else np.zeros(1, dtype=np.int64)
+    values: list[list[float | None]] = []
+    spreads: list[list[float | None]] = []
+    for index, spec in enumerate(plan.aggregates):
+        needs_values = spec.attribute is not None and spec.function != "count"
+        has_value = (
+            support(plan, spec.attribute)
+            if needs_values
+            else np.ones(group_cells(plan), dtype=bool)
+        )
+        values.append(_shown(aggregate_values(spec, totals, has_value)[cells]))
+        spread = errors.get(index)
+        spreads.append(_shown(spread[cells]) if spread is not None else [None] * len(cells))
+    sizes = [plan.codes[name].size for name in plan.group]
+    group_codes = [c.tolist() for c in np.unravel_index(cells, sizes)] if plan.group else []
+    rows: list[Row] = []
+    for position in range(len(cells)):
+        codes = {name: group_codes[k][position] for k, name in enumerate(plan.group)}
+        row = Row(codes, [v[position] for v in values], [e[position] for e in spreads])
+        if plan.having is None or holds(plan.having, codes, row.values) is True:
+            rows.append(row)
+    sort_code = {
+        name: [plan.codes[name].sort_key(c) for c in range(plan.codes[name].size)]
+        for name in plan.group
+    }
+    rows = page(order_rows(rows, plan.order, sort_code), plan.limit, plan.offset)
+    labels = {name: plan.codes[name].labels for name in plan.group}
+    table_rows: list[list[Cell]] = []
+    table_errors: list[list[float | None]] = []
+    for row in rows:
+        shown: list[Cell] = []
+        shown_errors: list[float | None] = []
+        for output in plan.outputs:
+            if output.group is not None:
+                shown.append(labels[output.group][row.codes[output.group]])
+                shown_errors.append(None)
+            elif output.aggregate is not None:
+                shown.append(row.values[output.aggregate])
+                shown_errors.append(row.errors[output.aggregate])
+        table_rows.append(shown)
+        table_errors.append(shown_errors)
+    return SqlTable([o.name for o in plan.outputs], table_rows, table_errors)
