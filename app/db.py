@@ -148,6 +148,11 @@ class Dataset(Base):
     rho_total_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     # How models are fitted from the measurements: "mle" or "cgm-em" (app.pgm.estimation).
     estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
+    # The privacy unit: rows sharing a value of this column (its name only; the values
+    # are never stored) are one unit; NULL means a unit is one row.
+    unit_column: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # k: at most this many rows of a unit were kept at upload; every cost's sensitivity.
+    unit_max_rows: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # Set: the raw records (dataset_columns) were destroyed; the model still answers.
     records_purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

@@ -34,18 +34,21 @@ def free_name(name: str, taken: Iterable[str]) -> str:
     return name
 
 
-def ordered_labels(labels: Sequence[str]) -> pd.Categorical[str]:
+def ordered_labels(labels: Sequence[str | None]) -> pd.Categorical[str]:
     """Labels as an ordered categorical, in the order they first appear (the schema's,
-    since the service lists cells row-major): sorting and pivots keep the domain order."""
-    categories = list(dict.fromkeys(labels))
-    return pd.Categorical(list(labels), categories=categories, ordered=True)
+    since the service lists cells row-major): sorting and pivots keep the domain order.
+    A missing value's label (None) is the categorical's missing value."""
+    categories = [label for label in dict.fromkeys(labels) if label is not None]
+    return pd.Categorical(list(labels), categories=categories, ordered=True)  # type: ignore[return-value]
 
 
 def label_columns(axes: Sequence[str], cells: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """One column per axis from row-major cell labels."""
     columns: dict[str, Any] = {}
     for position, name in enumerate(axes):
-        columns[name] = ordered_labels([str(cell[position]) for cell in cells])
+        columns[name] = ordered_labels(
+            [None if cell[position] is None else str(cell[position]) for cell in cells]
+        )
     return columns
 
 
@@ -123,15 +126,17 @@ def synthetic_frame(chunks: Iterator[bytes], attributes: Sequence[Json]) -> pd.D
         for a in attributes
         if a.get("type") == "categorical"
     }
+    # An attribute with missing values writes them as empty cells: NaN here.
+    missing = {str(a["name"]): [""] for a in attributes if a.get("missing")}
     frame = pd.read_csv(
         io.BufferedReader(ChunkReader(chunks), buffer_size=1 << 16),
         dtype={name: str for name in categorical},
         keep_default_na=False,
-        na_values=[],
+        na_values=missing or [],
     )
     for name, values in categorical.items():
         if name in frame.columns:
             column = pd.Categorical(frame[name], categories=values)
-            if not column.isna().any():
+            if not (column.isna() & frame[name].notna()).any():
                 frame[name] = column
     return frame

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-Label = str | int | float
+Label = str | int | float | None  # None: the missing value (JSON null)
 Range = Mapping[str, float | int | None]
 Condition = Label | Sequence[Label] | set[Label] | frozenset[Label] | Range
 Filters = Mapping[str, Condition]
@@ -36,15 +36,16 @@ def _range(name: str, condition: Range) -> dict[str, float | None]:
 
 
 def _values(name: str, condition: Condition) -> list[Label]:
-    if isinstance(condition, str | int | float):
+    if condition is None or isinstance(condition, str | int | float):
         return [condition]
     values = sorted(condition, key=str) if isinstance(condition, set | frozenset) else condition
     listed = list(values)
     if not listed:
         raise ValueError(f"the filter on {name!r} names no value")
     for value in listed:
-        if not isinstance(value, str | int | float):
-            raise TypeError(f"a value of {name!r} must be a str, int or float, got {value!r}")
+        # None is the missing value of an attribute with "missing": true (JSON null).
+        if value is not None and not isinstance(value, str | int | float):
+            raise TypeError(f"a value of {name!r} must be a str, int, float or None, got {value!r}")
     return listed
 
 
@@ -62,7 +63,7 @@ def count_filters(where: Filters | None) -> dict[str, str]:
             bounds = _range(name, condition)  # type: ignore[arg-type]
             texts[name] = f"{_number(bounds.get('ge'))}..{_number(bounds.get('lt'))}"
             continue
-        labels = [str(value) for value in _values(name, condition)]
+        labels = ["null" if value is None else str(value) for value in _values(name, condition)]
         for label in labels:
             # A bin label "[0, 18)" keeps its comma (the service reads brackets); any
             # other comma would split the value.

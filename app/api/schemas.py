@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from app.api.types import MAX_DELTA_NOTE, Delta, Epsilon, Name, ResourceId, Rho
 from app.db import ApiKey, Dataset, Grant, LedgerEntry, Tenant
 from app.errors import InvalidRequest
+from app.services import unit_accounting
 from app.services.rho import (
     Rounding,
     rho_units,
@@ -214,6 +215,23 @@ class GrantOut(BaseModel):
         )
 
 
+class PrivacyUnitOut(BaseModel):
+    """A dataset's privacy unit: what its guarantee and every budget on it protect."""
+
+    column: str | None = Field(
+        description="The column whose value names a unit (its values are never stored)."
+    )
+    max_rows: int = Field(
+        description="k: at most this many rows of a unit were kept at upload. Every marginal "
+        "has sensitivity k: Gaussian σ costs k²/(2σ²), Laplace scale b costs (k/b)²/2."
+    )
+
+    @classmethod
+    def of(cls, described: dict[str, Any] | None) -> PrivacyUnitOut | None:
+        """From `unit_accounting.described`: None when a unit is one row."""
+        return None if described is None else cls(**described)
+
+
 class DatasetOut(BaseModel):
     id: str
     name: str
@@ -227,6 +245,11 @@ class DatasetOut(BaseModel):
     estimator: str = Field(
         default="mle",
         description='How the model is fitted from the measurements: "mle" or "cgm-em".',
+    )
+    privacy_unit: PrivacyUnitOut | None = Field(
+        default=None,
+        description="Whose privacy budgets on this dataset protect: all rows of one unit "
+        "(at most `max_rows`). null: a unit is one row (k = 1).",
     )
     created_at: datetime
     records_purged_at: datetime | None = Field(
@@ -253,6 +276,7 @@ class DatasetOut(BaseModel):
                 else None
             ),
             estimator=dataset.estimator or "mle",
+            privacy_unit=PrivacyUnitOut.of(unit_accounting.described(dataset)),
             created_at=dataset.created_at,
             records_purged_at=dataset.records_purged_at,
         )
@@ -286,6 +310,10 @@ class BudgetOut(BaseModel):
     rho_limit_exact: str
     rho_spent_exact: str
     rho_remaining_exact: str
+    privacy_unit: PrivacyUnitOut | None = Field(
+        default=None,
+        description="What ρ and ε protect: one unit of the dataset (null: one row).",
+    )
 
 
 class LedgerEntryOut(BaseModel):
@@ -401,6 +429,11 @@ class DryRunOut(BaseModel):
     noise: Literal["gaussian", "laplace"]
     sigma: float | None = None
     scale: float | None = None
+    sensitivity: int = Field(
+        default=1,
+        description="k, the rows one privacy unit may hold: every marginal's sensitivity "
+        "(σ costs k²/(2σ²), b costs (k/b)²/2; a selection's score sensitivity is ×k).",
+    )
     marginals: list[MarginalEstimateOut] = Field(
         description="The marginals measured (a mechanism: its workload, if it measures them)."
     )

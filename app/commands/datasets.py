@@ -33,7 +33,7 @@ def show_dataset(args: argparse.Namespace, session: Session) -> Record:
 
 
 def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
-    schema = dataset_service.parse_dataset_schema(Path(args.schema).read_text())
+    schema = dataset_service.parse_dataset_schema(Path(args.schema).read_bytes())
     with Path(args.csv).open("rb") as stream:
         dataset = dataset_service.create_dataset(
             session,
@@ -44,6 +44,7 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
             if args.rho_total is None
             else rho_units(args.rho_total, field="rho_total", rounding="down"),
             max_bytes=get_settings().max_upload_bytes,
+            unit=dataset_service.parse_privacy_unit_field(args.privacy_unit, schema),
         )
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
 
@@ -89,12 +90,19 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         actions,
         "upload",
         upload_dataset,
-        "upload a CSV under a schema (JSON file)",
-        ("csv", "the CSV file, with a header row"),
+        "upload a CSV or Parquet file under a schema (JSON file)",
+        ("csv", "the CSV (with a header row) or Parquet file"),
     )
     upload.add_argument("--schema", required=True, help="the schema's JSON file")
     upload.add_argument("--name", required=True)
     upload.add_argument("--rho-total", default=None, help="cap on all grants together")
+    upload.add_argument(
+        "--privacy-unit",
+        default=None,
+        metavar="JSON",
+        help='\'{"column": "person_id", "max_rows": k}\': rows sharing an id are one unit, '
+        "each keeps at most k of them (at random); the id column is never stored",
+    )
     estimator = action(
         actions,
         "set-estimator",

@@ -33,6 +33,7 @@ from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import IngestError
 from app.ingest.packing import INGEST_THREADS
 from app.ingest.reading import MAX_LINE_CHARS, CountingReader
+from app.ingest.units import UnitIds
 from app.schema import Attribute, DatasetSchema
 
 try:  # an optional speed-up: without pyarrow every upload takes the exact path
@@ -56,17 +57,25 @@ class _NotCanonical(Exception):
 
 
 def encode_canonical(
-    stream: BinaryIO, schema: DatasetSchema, max_bytes: int | None
+    stream: BinaryIO,
+    schema: DatasetSchema,
+    max_bytes: int | None,
+    unit_ids: UnitIds | None = None,
+    unit_column: str | None = None,
 ) -> tuple[int, dict[str, np.ndarray]] | None:
     """(rows, codes by attribute) if the whole file is canonical and valid, else None.
 
-    Reads the stream from its current position; the caller rewinds it on None.
+    With `unit_column`, the file also has that column (ids, none empty), gathered into
+    `unit_ids`. Reads the stream from its current position; the caller rewinds it (and
+    drops `unit_ids`) on None.
     """
     if pa is None:
         return None
     counting = CountingReader(stream, max_bytes)
     try:
-        return _encode(io.BufferedReader(counting, buffer_size=_BLOCK_BYTES), schema)
+        return _encode(
+            io.BufferedReader(counting, buffer_size=_BLOCK_BYTES), schema, unit_ids, unit_column
+        )
     except Exception:  # any doubt at all: the exact path decides
         if max_bytes is not None and counting.bytes_read > max_bytes:
             # Too large: reading stops here (one byte past the limit), not after a reread.
@@ -78,39 +87,51 @@ def encode_canonical(
         counting.close()
 
 
-def _encode(source: io.BufferedReader, schema: DatasetSchema) -> tuple[int, dict[str, np.ndarray]]:
+def _encode(
+    source: io.BufferedReader,
+    schema: DatasetSchema,
+    unit_ids: UnitIds | None,
+    unit_column: str | None,
+) -> tuple[int, dict[str, np.ndarray]]:
     names = list(schema.names)
+    file_names = names + ([unit_column] if unit_column is not None else [])
     texts = [text for a in schema.attributes for text in (a.name, *(a.values or ()))]
+    texts += [m for a in schema.attributes if a.missing for m in a.missing_values]
     if any("\n" in text or "\r" in text for text in texts):
         # Then a cell or a name holding a line break could be valid; chunks could not
         # be parsed on their own (nor is such a file canonical).
         raise _NotCanonical("line breaks in the schema")
     chunks = _chunks(source)
     first = next(chunks, b"")
-    table = _parse(first, None, names)
+    table = _parse(first, None, file_names)
     header = table.column_names
-    if sorted(header) != sorted(names) or len(set(header)) != len(header):
+    if sorted(header) != sorted(file_names) or len(set(header)) != len(header):
         raise _NotCanonical("header")
     by_name = {a.name: a for a in schema.attributes}
-    columns = [_Column(by_name[name]) for name in header]  # file order
+    # File order; the unit column (None here) is only gathered.
+    columns = [_Column(by_name[name]) if name in by_name else None for name in header]
     parts: list[list[np.ndarray]] = [[] for _ in columns]
-    rows = _add(parts, table.num_rows, _encode_table(table, columns))
+    rows = _add(parts, unit_ids, *_encode_table(table, columns))
     del table
-    pending: deque[Future[tuple[int, list[np.ndarray]]]] = deque()
+    pending: deque[Future[tuple[int, list[np.ndarray | None], Any]]] = deque()
     pool = ThreadPoolExecutor(INGEST_THREADS, thread_name_prefix=THREAD_NAME_PREFIX)
     try:
         for chunk in chunks:
-            pending.append(pool.submit(_parse_and_encode, chunk, header, names, columns))
+            pending.append(pool.submit(_parse_and_encode, chunk, header, file_names, columns))
             if len(pending) >= _MAX_PENDING:
-                rows += _add(parts, *pending.popleft().result())
+                rows += _add(parts, unit_ids, *pending.popleft().result())
         while pending:
-            rows += _add(parts, *pending.popleft().result())
+            rows += _add(parts, unit_ids, *pending.popleft().result())
     finally:  # on a refusal, chunks not started are dropped; running ones end soon
         pool.shutdown(wait=True, cancel_futures=True)
     if rows == 0:
         raise _NotCanonical("no rows")
     position = {name: i for i, name in enumerate(header)}
-    return rows, {name: np.concatenate(parts[position[name]]) for name in names}
+    return rows, {name: _joined(parts[position[name]]) for name in names}
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _chunks(source: io.BufferedReader) -> Iterator[bytes]:
@@ -156,19 +177,42 @@ def _parse(chunk: bytes, header: list[str] | None, names: list[str]) -> Any:
 
 
 def _parse_and_encode(
-    chunk: bytes, header: list[str], names: list[str], columns: list[_Column]
-) -> tuple[int, list[np.ndarray]]:
+    chunk: bytes, header: list[str], names: list[str], columns: list[_Column | None]
+) -> tuple[int, list[np.ndarray | None], Any]:
     table = _parse(chunk, header, names)
-    return table.num_rows, _encode_table(table, columns)
+    return _encode_table(table, columns)
 
 
-def _encode_table(table: Any, columns: list[_Column]) -> list[np.ndarray]:
-    return [column.encode(table.column(i)) for i, column in enumerate(columns)]
+def _encode_table(
+    table: Any, columns: list[_Column | None]
+) -> tuple[int, list[np.ndarray | None], Any]:
+    """(rows, codes of each attribute column or None, the unit ids or None)."""
+    codes: list[np.ndarray | None] = []
+    ids = None
+    for i, column in enumerate(columns):
+        if column is None:
+            ids = pc.utf8_trim_whitespace(table.column(i))  # ids are stripped like cells
+            if ids.null_count or (len(ids) and pc.min(pc.binary_length(ids)).as_py() == 0):
+                raise _NotCanonical("an empty id")  # the exact path names the row
+            codes.append(None)
+        else:
+            codes.append(column.encode(table.column(i)))
+    return table.num_rows, codes, ids
 
 
-def _add(parts: list[list[np.ndarray]], rows: int, codes: list[np.ndarray]) -> int:
+def _add(
+    parts: list[list[np.ndarray]],
+    unit_ids: UnitIds | None,
+    rows: int,
+    codes: list[np.ndarray | None],
+    ids: Any,
+) -> int:
     for column_parts, column_codes in zip(parts, codes, strict=True):
-        column_parts.append(column_codes)
+        if column_codes is not None:
+            column_parts.append(column_codes)
+    if unit_ids is not None and ids is not None:
+        for chunk in ids.chunks:
+            unit_ids.add(chunk)
     return rows
 
 
@@ -178,8 +222,10 @@ class _Column:
     def __init__(self, attribute: Attribute) -> None:
         self.encoder = ColumnEncoder(attribute)
         self.kind = attribute.kind
+        self.value_size = attribute.value_size
+        self.missing = string_array(attribute.missing_values) if attribute.missing else None
         self.values = (
-            _string_array(attribute.values)
+            string_array(attribute.values + (attribute.missing_values if attribute.missing else ()))
             if attribute.kind == "categorical" and attribute.values is not None
             else None
         )
@@ -203,7 +249,21 @@ class _Column:
                 raise _NotCanonical(encoder.attribute.name)
             # Found: every code is in 0..size-1 already.
             codes: np.ndarray = found.to_numpy(zero_copy_only=False)
+            if self.missing is not None:
+                # Every missing spelling is the one missing code (the last).
+                codes = np.minimum(codes, self.value_size)
             return codes.astype(encoder.dtype)
+        if self.missing is not None:
+            is_missing = pc.is_in(column, value_set=self.missing)
+            if is_missing.true_count:
+                mask = is_missing.to_numpy(zero_copy_only=False)
+                out = np.full(len(column), self.value_size, dtype=encoder.dtype)
+                out[~mask] = self._encode_values(pc.filter(column, pc.invert(is_missing)))
+                return out
+        return self._encode_values(column)
+
+    def _encode_values(self, column: Any) -> np.ndarray:
+        encoder = self.encoder
         if self.kind == "numeric":
             _require_plain_decimals(column)
             return self._bin(pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False))
@@ -230,8 +290,9 @@ class _Column:
         return np.searchsorted(edges, x, side="right").astype(self.encoder.dtype)
 
 
-def _string_array(values: tuple[str, ...]) -> Any:
-    """An Arrow string array of `values`, built from buffers (pa.array imports pandas)."""
+def string_array(values: tuple[str, ...]) -> Any:
+    """An Arrow string array of `values`, built from buffers (pa.array imports pandas,
+    which the app never does)."""
     encoded = [value.encode("utf-8") for value in values]
     offsets = np.zeros(len(encoded) + 1, dtype=np.int32)
     np.cumsum([len(value) for value in encoded], out=offsets[1:])

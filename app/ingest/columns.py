@@ -2,7 +2,9 @@
 
 Categorical cells are looked up (padded cells by their stripped value); numeric cells
 are parsed and binned; integer cells are parsed as codes ("3" or "3.0", never "3.5").
--1 marks a cell outside the schema, which `ColumnEncoder.explain` describes.
+An attribute with `missing` maps a cell that strips to one of its `missing_values` to
+its missing code (the last), before any parsing. -1 marks a cell outside the schema,
+which `ColumnEncoder.explain` describes.
 """
 
 from __future__ import annotations
@@ -67,12 +69,21 @@ class ColumnEncoder:
     def __init__(self, attribute: Attribute) -> None:
         self.attribute = attribute
         self.size = attribute.size
+        self.value_size = attribute.value_size
         self.dtype = code_dtype(self.size)
         self._memo: _Memo | None = None
+        self._missing: frozenset[str] = (
+            frozenset(attribute.missing_values) if attribute.missing else frozenset()
+        )
+        self._missing_code = attribute.value_size
         if attribute.kind == "categorical":
             self._lookup = StrippingLookup(attribute.categories)
+            for text in self._missing:
+                self._lookup[text] = self._missing_code
         else:
             self._memo = _Memo()
+            for text in self._missing:
+                self._memo[text] = self._missing_code
         if attribute.kind == "numeric":
             self._edges = np.asarray(attribute.edges, dtype=np.float64)
 
@@ -98,8 +109,16 @@ class ColumnEncoder:
 
     def _parse(self, cells: tuple[str, ...]) -> np.ndarray:
         if self.attribute.kind == "numeric":
-            return self._encode_numeric(cells)
-        return self._encode_integer(cells)
+            codes = self._encode_numeric(cells)
+        else:
+            codes = self._encode_integer(cells)
+        if self._missing:
+            missing = self._missing
+            is_missing = np.fromiter(
+                (cell.strip() in missing for cell in cells), np.bool_, len(cells)
+            )
+            codes[is_missing] = self._missing_code
+        return codes
 
     def _encode_numeric(self, cells: tuple[str, ...]) -> np.ndarray:
         try:
@@ -138,17 +157,22 @@ class ColumnEncoder:
     def integer_codes(self, values: np.ndarray) -> np.ndarray:
         """Codes of parsed integers (int64, changed in place), -1 outside the schema."""
         if self.attribute.clip:
-            np.clip(values, 0, self.size - 1, out=values)
+            np.clip(values, 0, self.value_size - 1, out=values)
         else:
-            values[(values < 0) | (values >= self.size)] = -1
+            values[(values < 0) | (values >= self.value_size)] = -1
         return values
 
     def explain(self, cell: str) -> str:
         """Why one cell is outside the schema (quoting the cell unless undecodable)."""
         quoted = quote_cell(cell) or "a value"
         attribute = self.attribute
+        if not cell.strip() and not attribute.missing:
+            return (
+                f'{quoted} is an empty cell (with "missing": true the attribute takes '
+                "missing values)"
+            )
         if attribute.kind == "categorical":
-            return f"{quoted} is not one of the schema's {self.size} values"
+            return f"{quoted} is not one of the schema's {self.value_size} values"
         if attribute.kind == "numeric":
             x = float_or_nan(cell)
             lo, hi = format_number(self._edges[0]), format_number(self._edges[-1])
@@ -162,7 +186,7 @@ class ColumnEncoder:
         value = integer_or_none_marker(cell)
         if value == NOT_AN_INTEGER:
             return f"{quoted} is not an integer"
-        return f"{quoted} is not an integer code in 0..{self.size - 1}"
+        return f"{quoted} is not an integer code in 0..{self.value_size - 1}"
 
 
 def float_or_nan(cell: str) -> float:

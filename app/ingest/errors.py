@@ -16,6 +16,9 @@ _STATUS = {
     "bad_header": 422,
     "value_out_of_schema": 422,
     "too_large": 413,
+    "bad_parquet": 422,
+    "bad_privacy_unit": 422,
+    "missing_unit_id": 422,
 }
 
 

@@ -90,8 +90,9 @@ def csv_records(stream: BinaryIO, max_bytes: int | None) -> Iterator[Any]:
         counting.close()
 
 
-def read_header(reader: Any, schema: DatasetSchema) -> list[int]:
-    """File column index of each schema attribute, schema order."""
+def read_header(reader: Any, schema: DatasetSchema, unit_column: str | None = None) -> list[int]:
+    """File column index of each schema attribute, schema order (then of `unit_column`,
+    the privacy unit's id column, when given: the one column that is no attribute)."""
     header: list[str] = []
     while not header:  # blank lines before the header are skipped
         try:
@@ -109,7 +110,8 @@ def read_header(reader: Any, schema: DatasetSchema) -> list[int]:
         raise IngestError(
             "bad_csv", f"line {header_line} (the header) has bytes that are not valid UTF-8"
         )
-    expected = set(schema.names)
+    wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
+    expected = set(wanted)
     seen: set[str] = set()
     duplicate: list[str] = []
     for name in names:
@@ -117,7 +119,7 @@ def read_header(reader: Any, schema: DatasetSchema) -> list[int]:
             duplicate.append(name)
         seen.add(name)
     unknown = [n for n in dict.fromkeys(names) if n not in expected]
-    missing = [n for n in schema.names if n not in seen]
+    missing = [n for n in wanted if n not in seen]
     if duplicate or unknown or missing:
         parts = []
         if missing:
@@ -133,7 +135,7 @@ def read_header(reader: Any, schema: DatasetSchema) -> list[int]:
             {"missing": missing, "unknown": unknown, "duplicate": duplicate},
         )
     position = {name: i for i, name in enumerate(names)}
-    return [position[name] for name in schema.names]
+    return [position[name] for name in wanted]
 
 
 def read_batches(

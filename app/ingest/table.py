@@ -19,6 +19,7 @@ from app.ingest.arrow import encode_canonical
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import MAX_REPORTED_LINES, IngestError, has_undecodable_bytes
 from app.ingest.reading import csv_records, read_batches, read_header
+from app.ingest.units import PrivacyUnit, UnitIds, keep_at_most, null_ids
 from app.schema import DatasetSchema
 
 # Rows per vectorised step. Small batches keep the freshly parsed strings in the CPU
@@ -34,12 +35,28 @@ class EncodedTable:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+class _UnitCells:
+    """The privacy unit's id column on the exact path: checked (an empty id is -1) and
+    gathered, never quoted."""
+
+    def __init__(self, column: str, ids: UnitIds) -> None:
+        self.name = column
+        self.ids = ids
+
+    def encode(self, cells: tuple[str, ...]) -> np.ndarray:
+        stripped = tuple(cell.strip() for cell in cells)
+        return np.fromiter((0 if cell else -1 for cell in stripped), np.int64, len(cells))
+
+    def gather(self, cells: tuple[str, ...]) -> None:
+        self.ids.add_texts(tuple(cell.strip() for cell in cells))
+
+
 @dataclass
 class _Offence:
     """The first offending column and the lines found so far."""
 
     file_column: int
-    encoder: ColumnEncoder
+    encoder: ColumnEncoder | _UnitCells
     first_cell: str
     lines: list[int] = field(default_factory=list)
 
@@ -50,27 +67,49 @@ def encode_csv(
     *,
     max_bytes: int | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    unit: PrivacyUnit | None = None,
 ) -> EncodedTable:
     """Read a CSV (with header) from a binary stream and encode it by `schema`.
 
     Reads incrementally and keeps only the code arrays (one unsigned array per
-    attribute, the smallest dtype that fits). Raises `IngestError`; the stream is
-    left open.
+    attribute, the smallest dtype that fits). With `unit`, the file also has the id
+    column `unit.column`; each unit keeps at most `unit.max_rows` rows, chosen at
+    random (`app.ingest.units`), and the ids are dropped. Raises `IngestError`; the
+    stream is left open.
     """
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
+    unit_column = unit.column if unit is not None else None
     if _rewindable(stream):
         start = stream.tell()
-        fast = encode_canonical(stream, schema, max_bytes)
+        ids = UnitIds()
+        fast = encode_canonical(stream, schema, max_bytes, ids, unit_column)
         if fast is not None:
             rows, codes = fast
-            return EncodedTable(
+            table = EncodedTable(
                 rows=rows, columns={a.name: codes[a.name] for a in schema.attributes}
             )
+            return truncate_units(table, ids, unit)
+        del ids
         stream.seek(start)  # not canonical (or not valid): the exact path decides
+    ids = UnitIds()
     with csv_records(stream, max_bytes) as reader:
-        file_columns = read_header(reader, schema)
-        return _encode_rows(reader, schema, file_columns, chunk_rows)
+        file_columns = read_header(reader, schema, unit_column)
+        unit_cells = _UnitCells(unit_column, ids) if unit_column is not None else None
+        table = _encode_rows(reader, schema, file_columns, chunk_rows, unit_cells)
+    return truncate_units(table, ids, unit)
+
+
+def truncate_units(table: EncodedTable, ids: UnitIds, unit: PrivacyUnit | None) -> EncodedTable:
+    """The table with at most `unit.max_rows` rows per unit (random ones), ids dropped."""
+    if unit is None:
+        return table
+    keep = keep_at_most(ids.groups(), unit.max_rows)
+    if keep is None:
+        return table
+    return EncodedTable(
+        rows=int(keep.sum()), columns={name: codes[keep] for name, codes in table.columns.items()}
+    )
 
 
 def _rewindable(stream: BinaryIO) -> bool:
@@ -81,9 +120,15 @@ def _rewindable(stream: BinaryIO) -> bool:
 
 
 def _encode_rows(
-    reader: Any, schema: DatasetSchema, file_columns: list[int], chunk_rows: int
+    reader: Any,
+    schema: DatasetSchema,
+    file_columns: list[int],
+    chunk_rows: int,
+    unit_cells: _UnitCells | None = None,
 ) -> EncodedTable:
-    encoders = [ColumnEncoder(a) for a in schema.attributes]
+    encoders: list[ColumnEncoder | _UnitCells] = [ColumnEncoder(a) for a in schema.attributes]
+    if unit_cells is not None:
+        encoders.append(unit_cells)  # its file column is the last of file_columns
     n_fields = len(file_columns)  # the header matched the schema exactly
     parts: list[list[np.ndarray]] = [[] for _ in encoders]
     total_rows = 0
@@ -114,6 +159,8 @@ def _encode_rows(
                 offence = _encode_batch(columns, starts, encoders, file_columns, parts)
                 if offence is None:
                     total_rows += len(rows)
+                    if unit_cells is not None:
+                        unit_cells.gather(columns[file_columns[-1]])
             else:
                 _collect_more(offence, columns, starts)
             rows.clear()
@@ -130,7 +177,7 @@ def _encode_rows(
         raise IngestError("empty_file", "the file has a header but no data rows")
     columns_out = {
         attribute.name: (np.concatenate(column_parts) if len(column_parts) > 1 else column_parts[0])
-        for attribute, column_parts in zip(schema.attributes, parts, strict=True)
+        for attribute, column_parts in zip(schema.attributes, parts, strict=False)
     }
     return EncodedTable(rows=total_rows, columns=columns_out)
 
@@ -138,7 +185,7 @@ def _encode_rows(
 def _encode_batch(
     columns: list[tuple[str, ...]],
     starts: list[int],
-    encoders: list[ColumnEncoder],
+    encoders: list[ColumnEncoder | _UnitCells],
     file_columns: list[int],
     parts: list[list[np.ndarray]],
 ) -> _Offence | None:
@@ -154,8 +201,9 @@ def _encode_batch(
                 first_bad = candidate
         encoded.append(codes)
     if first_bad is None:
-        for column_parts, encoder, codes in zip(parts, encoders, encoded, strict=True):
-            column_parts.append(codes.astype(encoder.dtype))
+        for column_parts, encoder, codes in zip(parts, encoders, encoded, strict=False):
+            if isinstance(encoder, ColumnEncoder):
+                column_parts.append(codes.astype(encoder.dtype))
         return None
     row, file_column, index = first_bad
     offence = _Offence(file_column, encoders[index], columns[file_column][row])
@@ -173,8 +221,11 @@ def _collect_more(offence: _Offence, columns: list[tuple[str, ...]], starts: lis
 
 
 def _value_error(offence: _Offence) -> IngestError:
-    name = offence.encoder.attribute.name
     first_line = offence.lines[0]
+    encoder = offence.encoder
+    if isinstance(encoder, _UnitCells):
+        return null_ids(encoder.name, list(offence.lines))
+    name = encoder.attribute.name
     if has_undecodable_bytes(offence.first_cell):
         return IngestError(
             "bad_csv",
@@ -186,6 +237,6 @@ def _value_error(offence: _Offence) -> IngestError:
     return IngestError(
         "value_out_of_schema",
         f"column {name!r} has values outside the schema on line(s) {lines}{more}; "
-        f"on line {first_line}: {offence.encoder.explain(offence.first_cell)}",
+        f"on line {first_line}: {encoder.explain(offence.first_cell)}",
         {"column": name, "lines": list(offence.lines)},
     )

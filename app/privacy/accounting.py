@@ -1,14 +1,17 @@
 """Accounting: what each mechanism costs in ρ-zCDP, and ρ ↔ (ε, δ).
 
 The privacy model (DESIGN.md) is fixed: neighbouring datasets differ by one added or
-removed record, so a count marginal has L1 and L2 sensitivity 1; costs compose by
+removed privacy unit — one record, or at most k records of one person when the dataset
+names a unit column and keeps at most k rows per unit — so a count marginal has L1 and
+L2 sensitivity k (the `sensitivity` argument below; 1 by default); costs compose by
 addition of ρ.
 
 - Gaussian noise of std σ on a query of L2 sensitivity Δ is Δ²/(2σ²)-zCDP.
-- Laplace noise of scale b on a query of L1 sensitivity 1 is (1/b)-DP, hence
-  (1/b)²/2-zCDP (Bun & Steinke 2016, Prop. 1.4).
+- Laplace noise of scale b on a query of L1 sensitivity Δ is (Δ/b)-DP, hence
+  (Δ/b)²/2-zCDP (Bun & Steinke 2016, Prop. 1.4).
 - The exponential mechanism at ε is ε²/8-zCDP (bounded-range argument,
-  Cesar & Rogers 2021).
+  Cesar & Rogers 2021) when its scores' sensitivity is what it is told; with units of
+  k rows the caller multiplies the scores' sensitivity by k and ε keeps its meaning.
 
 Two arithmetics of those costs, both here and nowhere else. `rho_gaussian`,
 `rho_laplace` and `rho_exponential` are floats, for the mechanisms' running ledger
@@ -45,6 +48,7 @@ from app.errors import PrivqError
 
 __all__ = [
     "BudgetOverspent",
+    "check_sensitivity",
     "epsilon_for_rho_exponential",
     "epsilon_from_rho",
     "epsilon_from_rho_loose",
@@ -73,32 +77,39 @@ def _positive(name: str, value: float) -> float:
     return value
 
 
+def check_sensitivity(sensitivity: int) -> int:
+    """A count query's sensitivity: the rows one privacy unit may hold, an integer ≥ 1."""
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
+        raise ValueError(f"sensitivity must be an integer of at least 1, got {sensitivity!r}")
+    return sensitivity
+
+
 def rho_gaussian(sigma: float, sensitivity: float = 1.0) -> float:
     """ρ of Gaussian noise with std `sigma` on a query of L2 sensitivity `sensitivity`."""
     sigma = _positive("sigma", sigma)
     return float(sensitivity) ** 2 / (2.0 * sigma**2)
 
 
-def sigma_for_rho(rho: float, marginals: int = 1) -> float:
-    """σ such that `marginals` sensitivity-1 Gaussian measurements with σ cost `rho` in all."""
+def sigma_for_rho(rho: float, marginals: int = 1, sensitivity: int = 1) -> float:
+    """σ such that `marginals` Gaussian measurements of L2 sensitivity Δ cost `rho` in all."""
     rho = _positive("rho", rho)
     if marginals < 1:
         raise ValueError("marginals must be at least 1")
-    return math.sqrt(marginals / (2.0 * rho))
+    return check_sensitivity(sensitivity) * math.sqrt(marginals / (2.0 * rho))
 
 
-def rho_laplace(scale: float) -> float:
-    """ρ of Laplace noise of scale b on a sensitivity-1 query: ε = 1/b pure DP → ε²/2."""
+def rho_laplace(scale: float, sensitivity: int = 1) -> float:
+    """ρ of Laplace noise of scale b on a query of L1 sensitivity Δ: ε = Δ/b pure DP → ε²/2."""
     scale = _positive("scale", scale)
-    return (1.0 / scale) ** 2 / 2.0
+    return (check_sensitivity(sensitivity) / scale) ** 2 / 2.0
 
 
-def scale_for_rho(rho: float, marginals: int = 1) -> float:
-    """Laplace scale b such that `marginals` sensitivity-1 measurements cost `rho` in total."""
+def scale_for_rho(rho: float, marginals: int = 1, sensitivity: int = 1) -> float:
+    """Laplace scale b such that `marginals` measurements of L1 sensitivity Δ cost `rho`."""
     rho = _positive("rho", rho)
     if marginals < 1:
         raise ValueError("marginals must be at least 1")
-    return 1.0 / math.sqrt(2.0 * rho / marginals)
+    return check_sensitivity(sensitivity) / math.sqrt(2.0 * rho / marginals)
 
 
 def rho_exponential(epsilon: float) -> float:
@@ -113,18 +124,18 @@ def epsilon_for_rho_exponential(rho: float) -> float:
     return math.sqrt(8.0 * rho)
 
 
-def exact_rho_gaussian(sigma: float, marginals: int = 1) -> Fraction:
-    """Exact ρ of `marginals` sensitivity-1 Gaussian measurements at this float σ: k/(2σ²)."""
+def exact_rho_gaussian(sigma: float, marginals: int = 1, sensitivity: int = 1) -> Fraction:
+    """Exact ρ of m = `marginals` Gaussian measurements of L2 sensitivity Δ at this float σ:
+    m·Δ²/(2σ²), a rational (Δ is an integer, σ a float)."""
     exact_sigma = Fraction(_positive("sigma", sigma))
-    return Fraction(marginals, 2) / (exact_sigma * exact_sigma)
+    delta = check_sensitivity(sensitivity)
+    return Fraction(marginals * delta * delta, 2) / (exact_sigma * exact_sigma)
 
 
-def exact_rho_laplace(scale: float, marginals: int = 1) -> Fraction:
-    """Exact ρ of `marginals` sensitivity-1 Laplace measurements at scale b: k·(1/b)²/2.
-
-    The same expression in the scale as the Gaussian's k/(2σ²).
-    """
-    return exact_rho_gaussian(_positive("scale", scale), marginals)
+def exact_rho_laplace(scale: float, marginals: int = 1, sensitivity: int = 1) -> Fraction:
+    """Exact ρ of m = `marginals` Laplace measurements of L1 sensitivity Δ at scale b:
+    m·(Δ/b)²/2 — the same expression in the scale as the Gaussian's m·Δ²/(2σ²)."""
+    return exact_rho_gaussian(_positive("scale", scale), marginals, sensitivity)
 
 
 def exact_rho_exponential(epsilon: float) -> Fraction:
@@ -133,22 +144,22 @@ def exact_rho_exponential(epsilon: float) -> Fraction:
     return exact_epsilon * exact_epsilon / 8
 
 
-def exact_rho(noise: str, scale: float, marginals: int = 1) -> Fraction:
-    """Exact ρ of `marginals` sensitivity-1 measurements with `noise` ("gaussian"/"laplace")."""
+def exact_rho(noise: str, scale: float, marginals: int = 1, sensitivity: int = 1) -> Fraction:
+    """Exact ρ of `marginals` measurements of sensitivity Δ with `noise` ("gaussian"/"laplace")."""
     if noise == "gaussian":
-        return exact_rho_gaussian(scale, marginals)
+        return exact_rho_gaussian(scale, marginals, sensitivity)
     if noise == "laplace":
-        return exact_rho_laplace(scale, marginals)
+        return exact_rho_laplace(scale, marginals, sensitivity)
     raise ValueError(f"unknown noise kind {noise!r}")
 
 
-def smallest_scale_for_rho(rho: Fraction, marginals: int = 1) -> float:
-    """The float σ (or b) nearest √(k/(2ρ)) from above whose exact cost for k = `marginals`
-    measurements is at most `rho` (float rounding can put √(k/(2ρ)) an ulp too low)."""
+def smallest_scale_for_rho(rho: Fraction, marginals: int = 1, sensitivity: int = 1) -> float:
+    """The float σ (or b) nearest Δ·√(m/(2ρ)) from above whose exact cost for m = `marginals`
+    measurements of sensitivity Δ is at most `rho` (float rounding can put it an ulp low)."""
     if rho <= 0:
         raise ValueError(f"rho must be positive, got {rho!r}")
-    scale = math.sqrt(marginals / (2 * float(rho)))
-    while exact_rho_gaussian(scale, marginals) > rho:
+    scale = check_sensitivity(sensitivity) * math.sqrt(marginals / (2 * float(rho)))
+    while exact_rho_gaussian(scale, marginals, sensitivity) > rho:
         scale = math.nextafter(scale, math.inf)
     return scale
 

@@ -55,7 +55,8 @@ def _measurement(kind: NoiseKind, scale: float) -> Any:
 
 
 def privacy_map(kind: NoiseKind, scale: float, sensitivity: int = 1) -> float:
-    """OpenDP's own privacy map of the measurement: ρ for Gaussian, ε (pure DP) for Laplace."""
+    """OpenDP's own privacy map of the measurement at input distance `sensitivity` (the
+    query's L2 resp. L1 sensitivity): ρ for Gaussian, ε (pure DP) for Laplace."""
     return float(_measurement(kind, float(scale)).map(int(sensitivity)))
 
 
@@ -90,7 +91,8 @@ def _add_noise(kind: NoiseKind, counts: np.ndarray, scale: float) -> np.ndarray:
 def discrete_gaussian(counts: np.ndarray, sigma: float) -> np.ndarray:
     """counts + N_Z(0, σ²) noise per cell (exact discrete Gaussian); int64, same shape.
 
-    Costs 1/(2σ²) ρ for a sensitivity-1 vector (see `accounting.rho_gaussian`).
+    Costs Δ²/(2σ²) ρ for a vector of L2 sensitivity Δ: 1 per record, k for a privacy
+    unit of at most k rows (see `accounting.rho_gaussian`).
     """
     return _add_noise("gaussian", counts, sigma)
 
@@ -98,6 +100,7 @@ def discrete_gaussian(counts: np.ndarray, sigma: float) -> np.ndarray:
 def discrete_laplace(counts: np.ndarray, scale: float) -> np.ndarray:
     """counts + discrete Laplace noise of scale b per cell (P(k) ∝ e^{−|k|/b}); int64, same shape.
 
-    (1/b)-DP for a sensitivity-1 vector in L1, i.e. (1/b)²/2 ρ (see `accounting.rho_laplace`).
+    (Δ/b)-DP for a vector of L1 sensitivity Δ (1 per record, k per unit of at most k rows),
+    i.e. (Δ/b)²/2 ρ (see `accounting.rho_laplace`).
     """
     return _add_noise("laplace", counts, scale)

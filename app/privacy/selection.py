@@ -45,7 +45,7 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
     """Index i chosen with probability ∝ exp(ε·scores[i] / (2Δ)); costs ε²/8 ρ.
 
     `scores` must be finite; `sensitivity` Δ bounds how much any one score changes
-    when one record is added or removed.
+    when one privacy unit is added or removed (k rows: k times a record's bound).
     """
     values = np.asarray(scores, dtype=np.float64).ravel()
     if values.size == 0:

@@ -8,6 +8,9 @@ The schema — not the data — fixes each attribute's codes (DESIGN.md, privacy
   first (or last) bin.
 - ``integer``: codes 0..size-1 written as integers in the CSV (the plain size-map
   form ``{"age": 85}`` of API.md, as in ``adult-domain.json``).
+- Any kind with ``"missing": true``: one more code, the last, for "no value" (a CSV
+  cell equal to one of ``missing_values``, default ``[""]``, or a Parquet null). Its
+  label is None (JSON null); it lies in no range and has no midpoint.
 
 `parse_schema` accepts both JSON forms of API.md and validates strictly; every
 `SchemaError` names the attribute and what is wrong. `DatasetSchema.to_json` gives the
@@ -29,6 +32,7 @@ from app.schema.dataset import DatasetSchema
 from app.schema.parsing import parse_schema
 from app.schema.rules import (
     ATTRIBUTE_KINDS,
+    DEFAULT_MISSING_VALUES,
     FORBIDDEN_NAME_CHARACTERS,
     MAX_ATTRIBUTE_SIZE,
     MAX_ATTRIBUTES,
@@ -41,6 +45,7 @@ from app.schema.rules import (
 
 __all__ = [
     "ATTRIBUTE_KINDS",
+    "DEFAULT_MISSING_VALUES",
     "FORBIDDEN_NAME_CHARACTERS",
     "MAX_ATTRIBUTES",
     "MAX_ATTRIBUTE_SIZE",

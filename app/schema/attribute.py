@@ -13,7 +13,9 @@ import numpy as np
 
 from app.schema.rules import (
     ATTRIBUTE_KINDS,
+    DEFAULT_MISSING_VALUES,
     MAX_ATTRIBUTE_SIZE,
+    MAX_MISSING_VALUES,
     MAX_VALUE_LENGTH,
     AttributeKind,
     SchemaError,
@@ -39,6 +41,10 @@ class Attribute:
     bins: tuple[float, ...] | None = None
     clip: bool = False
     integer_size: int | None = None
+    # One more code, the last, for "no value" (an empty cell, a Parquet null).
+    missing: bool = False
+    # The cells that mean "no value" in a CSV (stripped), when `missing` is set.
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
 
     @property
     def categories(self) -> tuple[str, ...]:
@@ -57,20 +63,63 @@ class Attribute:
     # -- construction -------------------------------------------------------------
 
     @classmethod
-    def categorical(cls, name: str, values: Iterable[str]) -> Attribute:
-        return cls(name=name, kind="categorical", values=tuple(values))
+    def categorical(
+        cls,
+        name: str,
+        values: Iterable[str],
+        *,
+        missing: bool = False,
+        missing_values: Iterable[str] = DEFAULT_MISSING_VALUES,
+    ) -> Attribute:
+        return cls(
+            name=name,
+            kind="categorical",
+            values=tuple(values),
+            missing=missing,
+            missing_values=_tuple_of(missing_values),
+        )
 
     @classmethod
-    def numeric(cls, name: str, bins: Iterable[float], clip: bool = False) -> Attribute:
+    def numeric(
+        cls,
+        name: str,
+        bins: Iterable[float],
+        clip: bool = False,
+        *,
+        missing: bool = False,
+        missing_values: Iterable[str] = DEFAULT_MISSING_VALUES,
+    ) -> Attribute:
         try:
             edges = tuple(float(e) for e in bins)
         except (TypeError, ValueError, OverflowError):
             raise SchemaError(f"attribute {name!r}: bins must be finite numbers") from None
-        return cls(name=name, kind="numeric", bins=edges, clip=clip)
+        return cls(
+            name=name,
+            kind="numeric",
+            bins=edges,
+            clip=clip,
+            missing=missing,
+            missing_values=_tuple_of(missing_values),
+        )
 
     @classmethod
-    def integer(cls, name: str, size: int, clip: bool = False) -> Attribute:
-        return cls(name=name, kind="integer", integer_size=size, clip=clip)
+    def integer(
+        cls,
+        name: str,
+        size: int,
+        clip: bool = False,
+        *,
+        missing: bool = False,
+        missing_values: Iterable[str] = DEFAULT_MISSING_VALUES,
+    ) -> Attribute:
+        return cls(
+            name=name,
+            kind="integer",
+            integer_size=size,
+            clip=clip,
+            missing=missing,
+            missing_values=_tuple_of(missing_values),
+        )
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -87,6 +136,43 @@ class Attribute:
             self._check_numeric(where)
         else:
             self._check_integer(where)
+        self._check_missing(where)
+
+    def _check_missing(self, where: str) -> None:
+        if not isinstance(self.missing, bool):
+            raise SchemaError(f"{where}: missing must be true or false")
+        texts = self.missing_values
+        if not isinstance(texts, tuple):
+            raise SchemaError(f"{where}: missing_values must be a list of strings")
+        if not self.missing:
+            if texts != DEFAULT_MISSING_VALUES:
+                raise SchemaError(f'{where}: missing_values needs "missing": true')
+            return
+        if not texts:
+            raise SchemaError(f"{where}: missing_values must not be empty")
+        if len(texts) > MAX_MISSING_VALUES:
+            raise SchemaError(f"{where}: at most {MAX_MISSING_VALUES} missing_values")
+        if self.value_size + 1 > MAX_ATTRIBUTE_SIZE:
+            raise SchemaError(
+                f"{where}: with the missing code, more than {MAX_ATTRIBUTE_SIZE} codes"
+            )
+        values = set(self.values or ())
+        seen: set[str] = set()
+        for position, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise SchemaError(f"{where}: missing value {position} must be a string")
+            if text != text.strip():
+                raise SchemaError(
+                    f"{where}: missing value {quote(text)} has leading or trailing whitespace "
+                    "(CSV cells are stripped, so it could never match)"
+                )
+            if len(text) > MAX_VALUE_LENGTH or not is_valid_unicode(text):
+                raise SchemaError(f"{where}: missing value {position} is too long or not Unicode")
+            if text in values:
+                raise SchemaError(f"{where}: {quote(text)} is both a value and a missing value")
+            if text in seen:
+                raise SchemaError(f"{where}: duplicate missing value {quote(text)}")
+            seen.add(text)
 
     def _check_categorical(self, where: str) -> None:
         if self.bins is not None or self.integer_size is not None or self.clip:
@@ -155,8 +241,8 @@ class Attribute:
     # -- codes ----------------------------------------------------------------------
 
     @property
-    def size(self) -> int:
-        """Number of codes (cells along this attribute's axis)."""
+    def value_size(self) -> int:
+        """Number of codes that stand for a value (all but the missing code, if any)."""
         if self.kind == "categorical":
             return len(self.categories)
         if self.kind == "numeric":
@@ -165,8 +251,19 @@ class Attribute:
             raise SchemaError(f"attribute {self.name!r} has no size")
         return int(self.integer_size)
 
-    def labels(self) -> list[str]:
-        """One label per code: the value, the bin "[lo, hi)" (last "[lo, hi]"), or "i"."""
+    @property
+    def size(self) -> int:
+        """Number of codes (cells along this attribute's axis), the missing code included."""
+        return self.value_size + (1 if self.missing else 0)
+
+    @property
+    def missing_code(self) -> int | None:
+        """The code of "no value" (the last), or None without `missing`."""
+        return self.value_size if self.missing else None
+
+    def value_labels(self) -> list[str]:
+        """One label per code with a value: the value, the bin "[lo, hi)" (last
+        "[lo, hi]"), or "i"."""
         if self.kind == "categorical":
             return list(self.categories)
         if self.kind == "numeric":
@@ -174,15 +271,23 @@ class Attribute:
             labels = [f"[{edges[i]}, {edges[i + 1]})" for i in range(len(edges) - 1)]
             labels[-1] = labels[-1][:-1] + "]"
             return labels
-        return [str(code) for code in range(self.size)]
+        return [str(code) for code in range(self.value_size)]
+
+    def labels(self) -> list[str | None]:
+        """One label per code: `value_labels`, then None (JSON null) for the missing code."""
+        labels: list[str | None] = list(self.value_labels())
+        if self.missing:
+            labels.append(None)
+        return labels
 
     def midpoints(self) -> np.ndarray:
-        """The numeric value each code stands for: bin midpoints, or the integer code."""
+        """The numeric value of each code *with a value* (the missing code has none, so
+        the array has `value_size` entries): bin midpoints, or the integer code."""
         if self.kind == "numeric":
             edges = np.asarray(self.bins, dtype=np.float64)
             return (edges[:-1] + edges[1:]) / 2.0
         if self.kind == "integer":
-            return np.arange(self.size, dtype=np.float64)
+            return np.arange(self.value_size, dtype=np.float64)
         raise SchemaError(
             f"attribute {self.name!r} is categorical and has no numeric value (moments and "
             "ranges need a numeric or integer attribute)"
@@ -192,14 +297,15 @@ class Attribute:
     def _code_of_label(self) -> dict[str, int]:
         if self.kind == "numeric":
             # Bin labels are matched without their spaces: "[0,18)" is "[0, 18)".
-            return {label.replace(" ", ""): i for i, label in enumerate(self.labels())}
-        return {label: i for i, label in enumerate(self.labels())}
+            return {label.replace(" ", ""): i for i, label in enumerate(self.value_labels())}
+        return {label: i for i, label in enumerate(self.value_labels())}
 
     def encode_labels(self, labels: Iterable[object]) -> np.ndarray:
         """Codes of the given values (a query's `where` set or a group), sorted, unique.
 
         Categorical: the exact schema values. Numeric: bin labels as `labels()` prints
         them (spaces optional). Integer: the codes, as integers or integer strings.
+        None is the missing code of an attribute with `missing`.
         An unknown label is a `SchemaError` naming it (and at most a few others).
         """
         if isinstance(labels, (str, bytes)):
@@ -223,6 +329,8 @@ class Attribute:
         return np.unique(np.asarray(codes, dtype=np.int64))
 
     def _label_code(self, label: object, lookup: Mapping[str, int]) -> int | None:
+        if label is None:
+            return self.missing_code
         if self.kind == "categorical":
             return lookup.get(label) if isinstance(label, str) else None
         if self.kind == "numeric":
@@ -243,11 +351,12 @@ class Attribute:
                 return None
         else:
             return None
-        return code if 0 <= code < self.size else None
+        return code if 0 <= code < self.value_size else None
 
     def codes_in_range(self, ge: float | None = None, lt: float | None = None) -> np.ndarray:
         """Codes whose values all lie in the half-open range [ge, lt) of original values.
 
+        The missing code is never in a range (it has no value).
         Integer: the codes c with ge <= c < lt. Numeric: the bins inside the range; each
         bound given must lie on a bin edge or outside [e_0, e_k], or the range would cut
         a bin and is refused with the bin's edges. The last bin is closed, so `lt` cuts
@@ -270,7 +379,7 @@ class Attribute:
                 f"attribute {self.name!r} is categorical: give a set of values, not a range"
             )
         if self.kind == "integer":
-            codes = np.arange(self.size, dtype=np.int64)
+            codes = np.arange(self.value_size, dtype=np.int64)
             return codes[(codes >= lo) & (codes < hi)]
         edges = self.edges
         first, last = edges[0], edges[-1]
@@ -281,7 +390,7 @@ class Attribute:
             if inside and bound not in edges[:-1]:
                 position = int(np.searchsorted(edges, bound, side="right")) - 1
                 position = min(position, len(edges) - 2)
-                cut = self.labels()[position]
+                cut = self.value_labels()[position]
                 hint = (
                     f"use lt > {format_number(last)} or omit lt to include it"
                     if bound == last
@@ -302,9 +411,22 @@ class Attribute:
     # -- serialisation --------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any]
         if self.kind == "categorical":
-            return {"name": self.name, "type": "categorical", "values": list(self.values or ())}
-        if self.kind == "numeric":
+            out = {"name": self.name, "type": "categorical", "values": list(self.values or ())}
+        elif self.kind == "numeric":
             bins = [int(e) if e.is_integer() and abs(e) < 2**53 else e for e in self.bins or ()]
-            return {"name": self.name, "type": "numeric", "bins": bins, "clip": self.clip}
-        return {"name": self.name, "type": "integer", "size": self.size, "clip": self.clip}
+            out = {"name": self.name, "type": "numeric", "bins": bins, "clip": self.clip}
+        else:
+            out = {"name": self.name, "type": "integer", "size": self.value_size, "clip": self.clip}
+        if self.missing:
+            out["missing"] = True
+            if self.missing_values != DEFAULT_MISSING_VALUES:
+                out["missing_values"] = list(self.missing_values)
+        return out
+
+
+def _tuple_of(texts: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(texts, (str, bytes)):
+        raise SchemaError("missing_values must be a list of strings, not one string")
+    return tuple(texts)

@@ -11,6 +11,7 @@ from app.schema.attribute import Attribute
 from app.schema.dataset import DatasetSchema
 from app.schema.rules import (
     ATTRIBUTE_KINDS,
+    DEFAULT_MISSING_VALUES,
     MAX_ATTRIBUTES,
     SchemaError,
     check_name,
@@ -18,10 +19,11 @@ from app.schema.rules import (
     quote,
 )
 
+_MISSING_KEYS = frozenset({"missing", "missing_values"})
 _ALLOWED_KEYS: dict[str, frozenset[str]] = {
-    "categorical": frozenset({"name", "type", "values"}),
-    "numeric": frozenset({"name", "type", "bins", "clip"}),
-    "integer": frozenset({"name", "type", "size", "clip"}),
+    "categorical": frozenset({"name", "type", "values"}) | _MISSING_KEYS,
+    "numeric": frozenset({"name", "type", "bins", "clip"}) | _MISSING_KEYS,
+    "integer": frozenset({"name", "type", "size", "clip"}) | _MISSING_KEYS,
 }
 _REQUIRED_KEY = {"categorical": "values", "numeric": "bins", "integer": "size"}
 
@@ -40,12 +42,14 @@ def parse_schema(obj: object) -> DatasetSchema:
 
     Full form: ``{"attributes": [{"name", "type": "categorical", "values": [...]},
     {"name", "type": "numeric", "bins": [...], "clip"?}, {"name", "type": "integer",
-    "size", "clip"?}, ...]}``. Size map: ``{"age": 85, "sex": 2}`` (integer codes).
+    "size", "clip"?}, ...]}``; any attribute may add ``"missing": true`` and
+    ``"missing_values": [...]`` (default ``[""]``). Size map: ``{"age": 85, "sex": 2}``
+    (integer codes).
     Pass the JSON text when you have it: only then are duplicate keys detected.
     """
     if isinstance(obj, (bytes, bytearray)):
         try:
-            obj = bytes(obj).decode("utf-8")
+            obj = bytes(obj).decode("utf-8-sig")  # a file part may start with a BOM
         except UnicodeDecodeError:
             raise SchemaError("schema is not valid UTF-8") from None
     if isinstance(obj, str):
@@ -55,6 +59,10 @@ def parse_schema(obj: object) -> DatasetSchema:
             raise SchemaError(
                 f"schema is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
+        except SchemaError:
+            raise  # a duplicate key, found by the hook
+        except ValueError:  # a number of more digits than Python converts (4300)
+            raise SchemaError("schema is not valid JSON: a number has too many digits") from None
     if not isinstance(obj, Mapping):
         raise SchemaError(
             'schema must be a JSON object: {"attributes": [...]} or a size map {"age": 85, ...}'
@@ -136,13 +144,24 @@ def _parse_attribute(position: int, entry: object) -> Attribute:
     clip = entry.get("clip", False)
     if not isinstance(clip, bool):
         raise SchemaError(f"{where}: clip must be true or false, got {_json_type(clip)}")
+    missing = entry.get("missing", False)
+    if not isinstance(missing, bool):
+        raise SchemaError(f"{where}: missing must be true or false, got {_json_type(missing)}")
+    missing_values = entry.get("missing_values", list(DEFAULT_MISSING_VALUES))
+    if not isinstance(missing_values, list):
+        raise SchemaError(
+            f"{where}: missing_values must be a list of strings, got {_json_type(missing_values)}"
+        )
+    if "missing_values" in entry and not missing:
+        raise SchemaError(f'{where}: missing_values needs "missing": true')
+    options: dict[str, Any] = {"missing": missing, "missing_values": missing_values}
     if kind == "categorical":
         values = entry["values"]
         if not isinstance(values, list):
             raise SchemaError(
                 f"{where}: values must be a list of strings, got {_json_type(values)}"
             )
-        return Attribute.categorical(name, values)
+        return Attribute.categorical(name, values, **options)
     if kind == "numeric":
         bins = entry["bins"]
         if not isinstance(bins, list):
@@ -152,8 +171,8 @@ def _parse_attribute(position: int, entry: object) -> Attribute:
                 raise SchemaError(
                     f"{where}: bin edge {edge_position} must be a number, got {_json_type(edge)}"
                 )
-        return Attribute.numeric(name, bins, clip=clip)
+        return Attribute.numeric(name, bins, clip=clip, **options)
     size = entry["size"]
     if not isinstance(size, int) or isinstance(size, bool):
         raise SchemaError(f"{where}: size must be a positive integer, got {_json_type(size)}")
-    return Attribute.integer(name, size, clip=clip)
+    return Attribute.integer(name, size, clip=clip, **options)

@@ -16,6 +16,9 @@ MAX_ATTRIBUTES = 256
 MAX_ATTRIBUTE_SIZE = 1_000_000
 MAX_NAME_LENGTH = 128
 MAX_VALUE_LENGTH = 1_000
+# With `"missing": true`, the CSV cells that mean "no value" unless the schema says.
+DEFAULT_MISSING_VALUES: tuple[str, ...] = ("",)
+MAX_MISSING_VALUES = 100
 # Attribute names appear in query strings such as `attrs=age,sex` and `where=sex:F,M`,
 # so they may not contain the separators of those forms.
 FORBIDDEN_NAME_CHARACTERS = frozenset(",:")

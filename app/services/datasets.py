@@ -1,6 +1,7 @@
 """Datasets: upload (parse, validate, encode, store), visibility, and retiring them.
 
-An upload is encoded completely (`app.ingest.encode_csv`, streaming, no database)
+An upload (CSV or Parquet) is encoded completely (`app.ingest.encode_upload`,
+streaming, no database; with a privacy unit, at most k random rows per unit are kept)
 before the session is touched, so a bad file writes nothing and a large one does not
 hold a database lock while it is parsed. The dataset row and its packed columns are
 then added in the caller's one transaction.
@@ -34,7 +35,13 @@ from app.db import (
     utcnow,
 )
 from app.errors import InvalidRequest, JobsPending, NotFound, PrivqError, RecordsPurged
-from app.ingest import IngestError, encode_csv, pack_columns
+from app.ingest import (
+    IngestError,
+    PrivacyUnit,
+    encode_upload,
+    pack_columns,
+    parse_privacy_unit,
+)
 from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
 from app.services import jobs
@@ -83,7 +90,7 @@ def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
         raise InvalidRequest("invalid schema: nested too deeply") from None
     for index, attribute in enumerate(schema.attributes):
         where = f"invalid schema: attribute {index}"
-        for text in (attribute.name, *(attribute.values or ())):
+        for text in (attribute.name, *(attribute.values or ()), *attribute.missing_values):
             found = control_character(str(text))
             if found is not None:
                 raise InvalidRequest(
@@ -98,6 +105,17 @@ def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
     return schema
 
 
+def parse_privacy_unit_field(text: str | None, schema: DatasetSchema) -> PrivacyUnit | None:
+    """The upload's `privacy_unit` field (JSON text), checked against the schema; 422
+    `bad_privacy_unit` naming what is wrong. None without the field (a unit is a row)."""
+    if text is None:
+        return None
+    try:
+        return parse_privacy_unit(text, schema)
+    except IngestError as error:
+        raise _upload_error(error) from None
+
+
 def create_dataset(
     session: Session,
     *,
@@ -106,8 +124,12 @@ def create_dataset(
     stream: BinaryIO,
     rho_total_units: int | None = None,
     max_bytes: int | None = None,
+    unit: PrivacyUnit | None = None,
+    content_type: str | None = None,
 ) -> Dataset:
-    """Encode the CSV `stream` under `schema`; add the dataset and its columns; never commits."""
+    """Encode the CSV or Parquet `stream` under `schema` (with `unit`: at most
+    `unit.max_rows` random rows per unit, the ids never kept); add the dataset and its
+    columns; never commits."""
     name = name.strip()
     if not name or len(name) > MAX_DATASET_NAME_LENGTH:
         raise InvalidRequest(f"dataset name must be 1 to {MAX_DATASET_NAME_LENGTH} characters")
@@ -117,15 +139,21 @@ def create_dataset(
             f"dataset name must not contain control characters (found {describe_character(found)})"
         )
     try:
-        table = encode_csv(stream, schema, max_bytes=max_bytes)
+        table = encode_upload(
+            stream, schema, max_bytes=max_bytes, unit=unit, content_type=content_type
+        )
     except IngestError as error:
         raise _upload_error(error) from None
     if table.rows == 0:
-        raise UploadRefused("the CSV has a header but no rows")
+        raise UploadRefused("the file has no rows")
 
     dataset = Dataset(
         name=name, rows=table.rows, schema_json=schema.to_json(), rho_total_units=rho_total_units
     )
+    if unit is not None:
+        # The column's name and k only: the ids themselves went with the encoding.
+        dataset.unit_column = unit.column
+        dataset.unit_max_rows = unit.max_rows
     session.add(dataset)
     session.flush()
     blobs = pack_columns([table.columns[attribute.name] for attribute in schema.attributes])

@@ -7,6 +7,10 @@ with the ρ the request would be charged, ε at the request's δ, the noise scal
 per marginal its cells and the expected absolute error per cell and over the
 marginal (L1, in counts; `app.privacy.expected_error`), and the ρ that would remain.
 
+Every figure is at the dataset's sensitivity k, the rows one privacy unit may hold
+(`app.services.unit_accounting`): the same ρ buys σ k times as large as on a dataset
+whose unit is a row, and the expected errors grow with it; the answer says k.
+
 For a mechanism, the marginals it will measure are not known in advance. The figures
 are for its schedule: AIM measures every one-way marginal of the workload's
 attributes at σ₀, then workload marginals at σ₀ or, once it anneals, smaller σ — so
@@ -28,7 +32,7 @@ from app.privacy.mechanisms.aim import aim_schedule
 from app.privacy.mechanisms.budget import split_round
 from app.privacy.mechanisms.engine import MechanismOptions
 from app.privacy.mechanisms.mwem import mwem_rounds
-from app.services import ledger
+from app.services import ledger, unit_accounting
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 from app.services.rho import units_to_decimal_str, units_to_rho
@@ -102,6 +106,7 @@ def measurement(
         ),
         "noise": plan.noise,
         scale_key: plan.scale,
+        "sensitivity": plan.sensitivity,
         "marginals": marginal_estimates(domain, plan.marginals, plan.noise, plan.scale),
         "model_cells": model_cells,
     }
@@ -126,6 +131,7 @@ def mechanism(
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
+    sensitivity = unit_accounting.sensitivity(dataset)
     params, units = mechanism_service.plan(
         kind,
         domain,
@@ -143,7 +149,9 @@ def mechanism(
     run_rho = units_to_rho(units) * mechanism_service.SAFETY
     workload_sets = [tuple(w) for w in params["workload"]]
     if kind == "aim":
-        total_rounds, sigma, epsilon = aim_schedule(domain, run_rho, MechanismOptions())
+        total_rounds, sigma, epsilon = aim_schedule(
+            domain, run_rho, MechanismOptions(sensitivity=sensitivity)
+        )
         oneway = sorted({(a,) for attrs in workload_sets for a in attrs})
         schedule: dict[str, Any] = {
             "rounds_at_most": total_rounds,
@@ -154,7 +162,9 @@ def mechanism(
         }
     else:
         total_rounds = mwem_rounds(domain, MechanismOptions(rounds=params["rounds"]))
-        sigma, epsilon = split_round(run_rho / total_rounds, MechanismOptions().measure_share)
+        sigma, epsilon = split_round(
+            run_rho / total_rounds, MechanismOptions().measure_share, sensitivity
+        )
         schedule = {
             "rounds": total_rounds,
             "note": "MWEM measures one workload marginal per round, chosen by the "
@@ -167,6 +177,7 @@ def mechanism(
         "mechanism": kind,
         "noise": "gaussian",
         "sigma": sigma,
+        "sensitivity": sensitivity,
         "epsilon_per_selection": epsilon,
         **schedule,
         "marginals": marginal_estimates(domain, workload_sets, "gaussian", sigma),

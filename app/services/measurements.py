@@ -5,9 +5,11 @@ dataset's measurements plus these would make), then in the caller's ONE transact
 charges the ledger and creates the job. The worker's side (the gate, the draw) is
 `app.services.measuring`; `store` adds a noisy marginal, before anything uses it.
 
-Pricing is exact: a ρ given by the client is split equally over the k marginals and
+Pricing is exact: a ρ given by the client is split equally over the m marginals and
 each σ (or b) is the smallest float whose exact rational cost fits its share; a σ
 (or b) given by the client is charged its exact cost rounded up to a ledger unit.
+Every cost is at the dataset's sensitivity k, the rows one privacy unit may hold
+(`app.services.unit_accounting`): σ costs k²/(2σ²), b costs (k/b)²/2.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class MeasurementPlan:
     noise: str
     scale: float  # σ (Gaussian) or b (Laplace), the same for every marginal
     rho_units: int  # the total charge
+    sensitivity: int = 1  # k, rows per privacy unit, at which it was priced
 
     def params(self) -> dict[str, Any]:
         return {
@@ -222,18 +225,21 @@ def plan(
     scale: float | None,
     max_marginal_cells: int,
     max_request_cells: int | None = None,
+    sensitivity: int = 1,
 ) -> MeasurementPlan:
     """Validate a request and price it exactly (no database).
 
     Exactly one of `rho_units_total` (the charge, already in ledger units) and `scale`
     (σ or b, within `app.limits`' noise range; charged its exact cost rounded up).
+    `sensitivity` is the dataset's k (rows per privacy unit), every marginal's L1 and
+    L2 sensitivity.
     """
     if noise_kind not in NOISE_KINDS:
         raise InvalidRequest(f"noise must be one of {list(NOISE_KINDS)}, not {noise_kind!r}")
     checked = check_attribute_sets(
         domain, marginals, max_cells=max_marginal_cells, max_total_cells=max_request_cells
     )
-    k = len(checked)
+    count = len(checked)
     scale_name = "sigma" if noise_kind == "gaussian" else "scale"
     if (rho_units_total is None) == (scale is None):
         raise InvalidRequest(f"give exactly one of rho or {scale_name}")
@@ -241,7 +247,7 @@ def plan(
         if not 0 < rho_units_total <= MAX_RHO_UNITS:
             raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
         units = rho_units_total
-        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), k)
+        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), count, sensitivity)
     else:
         if not (
             isinstance(scale, (int, float))
@@ -254,26 +260,27 @@ def plan(
                 field=scale_name,
             )
         chosen = float(scale)
-        units = rho_units_ceil(exact_rho(noise_kind, chosen, k), field=scale_name)
+        units = rho_units_ceil(exact_rho(noise_kind, chosen, count, sensitivity), field=scale_name)
         if units > MAX_RHO_UNITS:
             raise InvalidRequest(
-                f"{k} marginal(s) at {scale_name}={chosen} would cost more than "
+                f"{count} marginal(s) at {scale_name}={chosen} would cost more than "
                 f"rho={format_limit(MAX_RHO)}",
                 field=scale_name,
             )
     # The noise must be storable and fittable exactly (see app.limits); a ρ share this
-    # small cannot happen within the ρ and marginal limits, but a changed limit could.
+    # small (for this sensitivity) cannot happen within the ρ, marginal and unit limits,
+    # but a changed limit could.
     if chosen > MAX_NOISE_SCALE:
         raise InvalidRequest(
-            f"this ρ spread over {k} marginal(s) needs noise above "
+            f"this ρ spread over {count} marginal(s) needs noise above "
             f"{scale_name}={format_limit(MAX_NOISE_SCALE)}; give more ρ or fewer marginals"
         )
     # OpenDP's own privacy map must agree that this is within what we charge.
-    per_marginal = noise.privacy_map(cast(noise.NoiseKind, noise_kind), chosen)
+    per_marginal = noise.privacy_map(cast(noise.NoiseKind, noise_kind), chosen, sensitivity)
     opendp_rho = per_marginal if noise_kind == "gaussian" else per_marginal**2 / 2
-    if k * opendp_rho > units_to_rho(units) * (1 + 1e-9):
+    if count * opendp_rho > units_to_rho(units) * (1 + 1e-9):
         raise BudgetOverspent("OpenDP's privacy map exceeds the charge; refusing to measure")
-    return MeasurementPlan(checked, noise_kind, chosen, units)
+    return MeasurementPlan(checked, noise_kind, chosen, units, sensitivity)
 
 
 def request_hash(body: dict[str, Any]) -> str:

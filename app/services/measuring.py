@@ -18,6 +18,10 @@
 4. the true marginals and OpenDP's exact discrete noise, with no transaction open;
 5. one short transaction that stores the noisy counts, before anything uses them.
 
+Before the gate the job's charge is checked once more against the exact cost of its
+noise at the dataset's sensitivity k (the rows one privacy unit may hold,
+`app.services.unit_accounting`): a charge short of it is a bug, refused unrecorded.
+
 The request-time check (`measurements.check_model_size`) counts only the caller's own
 queued jobs, so that no refusal reveals what another tenant asked for; step 3 is what
 keeps two tenants' jobs from making together a model no fit may build.
@@ -28,6 +32,7 @@ from __future__ import annotations
 import json
 import time
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Text, select
@@ -35,11 +40,12 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from app.db import Dataset, Job, MeasurementRecord, RecordAccess, utcnow
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, LedgerInvariantViolated
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.privacy import noise
-from app.services import gate, jobs
+from app.privacy.accounting import exact_rho
+from app.services import gate, jobs, unit_accounting
 from app.services.measurements import ModelTooLargeRequest, released_attribute_sets, store
 from app.services.rho import UNITS_PER_RHO
 
@@ -122,6 +128,7 @@ def measure_job(runner: jobs.JobRunner, job: Job, domain: Domain) -> bool:
         if jobs.noise_drawn(session, job.id):
             return False
         lost = bool(gate.lost_accesses(session, job.id))
+        sensitivity = unit_accounting.sensitivity_of(session, job.dataset_id)
     if lost:
         raise gate.AccessLost(
             "this job's noise was drawn but its worker stopped before storing it; that draw "
@@ -134,11 +141,23 @@ def measure_job(runner: jobs.JobRunner, job: Job, domain: Domain) -> bool:
     unknown = sorted({a for attrs in marginals for a in attrs if a not in domain})
     if unknown:
         raise InvalidRequest(f"the dataset has no attribute(s) {unknown}")
+    check_price(params, len(marginals), sensitivity)
     while True:
         try:
             return _draw_and_store(runner, job, domain, marginals)
         except OthersDrawing:
             time.sleep(WAIT_POLL_SECONDS)  # nothing recorded; the heartbeat keeps the lease
+
+
+def check_price(params: dict[str, Any], count: int, sensitivity: int) -> None:
+    """LedgerInvariantViolated unless the job's charge covers the exact cost of its noise
+    at the dataset's sensitivity k (rows per privacy unit), checked before the gate."""
+    cost = exact_rho(params["noise"], params["scale"], count, sensitivity)
+    if cost > Fraction(params["rho_units"], UNITS_PER_RHO):
+        raise LedgerInvariantViolated(
+            "the job's charge is below the exact cost of its noise at the dataset's "
+            "sensitivity; nothing was drawn"
+        )
 
 
 def _draw_and_store(

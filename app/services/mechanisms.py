@@ -14,7 +14,11 @@ the job in one transaction (`measurements.submit`). The worker's `run_job` drive
   (spent, never redone),
 - `on_round`, which stores each round as a measurement row and commits BEFORE the
   mechanism uses it,
-- the dataset's other measurements as context (post-processing, free).
+- the dataset's other measurements as context (post-processing, free),
+- the dataset's sensitivity k, the rows one privacy unit may hold
+  (`app.services.unit_accounting`): each round's σ is k times what a dataset whose
+  unit is a row gets for the same ρ, its selection's score sensitivity is ×k, and the
+  exact cost the gate records is k²/(2σ²) + ε²/8.
 
 The ρ the mechanism may spend is the charge, less a relative 1e-11 so that float
 rounding in its bookkeeping can never take the exact cost of its rounds over the
@@ -54,7 +58,7 @@ from app.privacy.mechanisms import (
     run_mwem,
 )
 from app.services import datasets as dataset_service
-from app.services import fits, gate, jobs, ledger, quarantine
+from app.services import fits, gate, jobs, ledger, quarantine, unit_accounting
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
@@ -237,6 +241,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         return records.open(purpose="round", exact_rho=access.exact_cost, round_index=access.index)
 
     with worker.database.read_only() as session:
+        sensitivity = unit_accounting.sensitivity_of(session, job.dataset_id)
         completed = stored_rounds(session, job.id)
         lost = [Fraction(a.exact_rho) for a in gate.lost_accesses(session, job.id)]
         others = [
@@ -280,6 +285,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         max_model_cells=params["max_model_cells"],
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
+        sensitivity=sensitivity,
     )
     try:
         result = RUNNERS[job.kind](

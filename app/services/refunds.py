@@ -81,9 +81,15 @@ def _stored_units(session: Session, job: Job) -> int:
     if job.kind not in MECHANISM_KINDS:
         # Every marginal of a measurement job is drawn and stored together.
         return _job_units(session, job.id)[0]
+    # A round's price from what it stored: σ, ε and its sensitivity k (rows per privacy
+    # unit; rounds stored before units existed had k = 1).
     exact: Fraction = sum(
         (
-            exact_round_cost(record.scale, float((record.details or {}).get("epsilon", 0.0)))
+            exact_round_cost(
+                record.scale,
+                float((record.details or {}).get("epsilon", 0.0)),
+                int((record.details or {}).get("sensitivity", 1)),
+            )
             for record in records
         ),
         Fraction(0),

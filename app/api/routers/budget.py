@@ -16,12 +16,18 @@ from sqlalchemy.orm import Session
 from app.api.concurrency import read_endpoint
 from app.api.deps import PrincipalDep, SettingsDep
 from app.api.pagination import PAGED, PageDep
-from app.api.schemas import NO_SUCH_DATASET, BudgetOut, LedgerEntryOut, error_responses
+from app.api.schemas import (
+    NO_SUCH_DATASET,
+    BudgetOut,
+    LedgerEntryOut,
+    PrivacyUnitOut,
+    error_responses,
+)
 from app.api.types import DELTA, MAX_DELTA_NOTE, ResourceId
 from app.errors import InvalidRequest
 from app.privacy.accounting import epsilon_from_rho
 from app.services import datasets as dataset_service
-from app.services import ledger
+from app.services import ledger, unit_accounting
 from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["budget"])
@@ -53,7 +59,8 @@ def read_budget(
         ResourceId | None, Query(description="Admin only: whose grant to read.")
     ] = None,
 ) -> BudgetOut:
-    """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion)."""
+    """ρ limit, spent and remaining, and ε at `delta` (tight Canonne–Kamath–Steinke conversion),
+    per privacy unit of the dataset (`privacy_unit`; null: per row)."""
     delta = check_delta(delta, max_delta=settings.max_delta)
     if principal.tenant is not None:
         if tenant_id is not None and tenant_id != principal.tenant.id:
@@ -75,6 +82,7 @@ def read_budget(
         rho_limit_exact=units_to_decimal_str(limit),
         rho_spent_exact=units_to_decimal_str(spent),
         rho_remaining_exact=units_to_decimal_str(grant_budget.remaining_units),
+        privacy_unit=PrivacyUnitOut.of(unit_accounting.described_of(session, dataset_id)),
     )
 
 

@@ -16,12 +16,16 @@ from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, Name, ResourceId, SafeText
-from app.errors import JobsPending, NotFound
+from app.errors import InvalidRequest, JobsPending, NotFound
+from app.ingest import PARQUET_CONTENT_TYPE
 from app.services import datasets as dataset_service
 from app.services import refits, scrub
 from app.services.rho import rho_units
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+# A schema sent as a file part: at most 256 attributes of at most 1000 short values each.
+MAX_SCHEMA_BYTES = 4 << 20
 
 SCHEMA_EXAMPLE = json.dumps(
     {
@@ -47,13 +51,20 @@ SCHEMA_EXAMPLE = json.dumps(
 )
 @write_endpoint
 def upload_dataset(
-    file: Annotated[UploadFile, File(description="CSV with a header row.")],
+    file: Annotated[
+        UploadFile,
+        File(
+            description="CSV with a header row, or Parquet (by its magic bytes or "
+            f"Content-Type {PARQUET_CONTENT_TYPE})."
+        ),
+    ],
     schema_text: Annotated[
-        SafeText,
+        SafeText | UploadFile,
         Form(
             alias="schema",
-            description='The public schema as JSON: {"attributes": [...]} or a size map '
-            '{"age": 85, "sex": 2} (integer codes 0..size-1).',
+            description="The public schema as JSON, a string field or a file part: "
+            '{"attributes": [...]} or a size map {"age": 85, "sex": 2} (integer codes '
+            "0..size-1).",
             examples=[SCHEMA_EXAMPLE, '{"age": 85, "sex": 2}'],
         ),
     ],
@@ -71,11 +82,22 @@ def upload_dataset(
             examples=["2.0"],
         ),
     ] = None,
+    privacy_unit: Annotated[
+        SafeText | None,
+        Form(
+            description='Optional: {"column": "person_id", "max_rows": k}. Rows sharing an '
+            "id are one unit; each keeps at most k of its rows (chosen at random); the id "
+            "column is never stored.",
+            examples=['{"column": "person_id", "max_rows": 3}'],
+        ),
+    ] = None,
 ) -> DatasetOut:
-    """Upload a CSV: validated against the schema row by row, encoded and stored; nothing
-    is stored if any value is outside the schema (the error names the column and lines)."""
+    """Upload a CSV or Parquet file: validated against the schema row by row, encoded and
+    stored; nothing is stored if any value is outside the schema (the error names the
+    column and lines or rows)."""
     # The JSON text itself, so the parser also catches duplicate keys.
-    dataset_schema = dataset_service.parse_dataset_schema(schema_text)
+    dataset_schema = dataset_service.parse_dataset_schema(_schema_text(schema_text))
+    unit = dataset_service.parse_privacy_unit_field(privacy_unit, dataset_schema)
     # In range already (a 422 naming the field and the range otherwise); still refused
     # here if it rounds down to no unit at all.
     rho_total_units = (
@@ -88,8 +110,20 @@ def upload_dataset(
         stream=file.file,
         rho_total_units=rho_total_units,
         max_bytes=settings.max_upload_bytes,
+        unit=unit,
+        content_type=file.content_type,
     )
     return DatasetOut.of(dataset, for_admin=True)
+
+
+def _schema_text(schema: str | UploadFile) -> str | bytes:
+    """The schema's JSON, from a string field or a file part (at most MAX_SCHEMA_BYTES)."""
+    if isinstance(schema, str):
+        return schema
+    data = schema.file.read(MAX_SCHEMA_BYTES + 1)
+    if len(data) > MAX_SCHEMA_BYTES:
+        raise InvalidRequest(f"invalid schema: the schema file is over {MAX_SCHEMA_BYTES} bytes")
+    return data
 
 
 @router.get(

@@ -32,6 +32,7 @@ from app.services import dry_run as dry_run_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services import releases as release_service
+from app.services import unit_accounting
 from app.services.ledger import ChargeResult
 from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
@@ -246,6 +247,7 @@ def _plan(
         scale=given_scale,
         max_marginal_cells=settings.max_marginal_cells,
         max_request_cells=settings.max_request_cells,
+        sensitivity=unit_accounting.sensitivity(dataset),
     )
     return dataset, plan
 

@@ -1,7 +1,10 @@
 """Budget of a mechanism run: what a round costs, how a round's ρ is split, and the ledger.
 
 A round measures one marginal with Gaussian noise σ and (in a "select+measure" round)
-selects it with the exponential mechanism at ε, so it costs 1/(2σ²) + ε²/8.
+selects it with the exponential mechanism at ε, so it costs k²/(2σ²) + ε²/8, where k
+is the marginal's sensitivity: the rows one privacy unit may hold (1 when a unit is a
+record). The selection's ε keeps its meaning at any k: its scores' sensitivity is
+multiplied by k instead (`engine.MechanismRun.select`).
 `round_cost` is that cost in floats (from `app.privacy.accounting`), for the running
 ledger; `exact_round_cost` is the exact rational cost of the same floats, for the
 service's charge and its final check.
@@ -19,6 +22,7 @@ from fractions import Fraction
 
 from app.privacy.accounting import (
     BudgetOverspent,
+    check_sensitivity,
     exact_rho_exponential,
     exact_rho_gaussian,
     rho_exponential,
@@ -29,14 +33,15 @@ from app.privacy.accounting import (
 LEDGER_RTOL = 1e-12
 
 
-def round_cost(sigma: float, epsilon: float) -> float:
-    """ρ of one round: Gaussian measurement (σ) plus, if ε > 0, one selection."""
-    return rho_gaussian(sigma) + (rho_exponential(epsilon) if epsilon > 0 else 0.0)
+def round_cost(sigma: float, epsilon: float, sensitivity: int = 1) -> float:
+    """ρ of one round: Gaussian measurement (σ, sensitivity k) plus, if ε > 0, one selection."""
+    measure = rho_gaussian(sigma, check_sensitivity(sensitivity))
+    return measure + (rho_exponential(epsilon) if epsilon > 0 else 0.0)
 
 
-def exact_round_cost(sigma: float, epsilon: float) -> Fraction:
-    """The exact ρ of a round from the floats it used: 1/(2σ²) + ε²/8 (ε = 0: no selection)."""
-    cost = exact_rho_gaussian(sigma)
+def exact_round_cost(sigma: float, epsilon: float, sensitivity: int = 1) -> Fraction:
+    """The exact ρ of a round from the floats it used: k²/(2σ²) + ε²/8 (ε = 0: no selection)."""
+    cost = exact_rho_gaussian(sigma, 1, sensitivity)
     if epsilon > 0:
         cost += exact_rho_exponential(epsilon)
     return cost
@@ -72,17 +77,20 @@ class RhoLedger:
             )
 
 
-def split_round(rho_round: float, measure_share: float) -> tuple[float, float]:
-    """(σ, ε) spending `rho_round`: share α on the Gaussian, 1 − α on the selection.
+def split_round(
+    rho_round: float, measure_share: float, sensitivity: int = 1
+) -> tuple[float, float]:
+    """(σ, ε) spending `rho_round`: share α on the Gaussian, 1 − α on the selection; σ is
+    k times what a record-level round gets (k = `sensitivity`), ε is the same.
 
-    Float rounding can make 1/(2σ²) + ε²/8 exceed `rho_round` by an ulp; σ is nudged up
+    Float rounding can make k²/(2σ²) + ε²/8 exceed `rho_round` by an ulp; σ is nudged up
     (and ε down) until it does not, so a run that ends on such a round spends at most
     its charge.
     """
-    sigma = math.sqrt(1.0 / (2.0 * measure_share * rho_round))
+    sigma = check_sensitivity(sensitivity) * math.sqrt(1.0 / (2.0 * measure_share * rho_round))
     epsilon = math.sqrt(8.0 * (1.0 - measure_share) * rho_round)
     for _ in range(64):
-        if round_cost(sigma, epsilon) <= rho_round:
+        if round_cost(sigma, epsilon, sensitivity) <= rho_round:
             break
         sigma = math.nextafter(sigma, math.inf)
         epsilon = math.nextafter(epsilon, 0.0)

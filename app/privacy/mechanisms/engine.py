@@ -33,7 +33,7 @@ from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy import noise, selection
-from app.privacy.accounting import BudgetOverspent
+from app.privacy.accounting import BudgetOverspent, check_sensitivity
 from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
 from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger
 from app.privacy.mechanisms.rounds import (
@@ -59,6 +59,7 @@ class RoundAccess(Priced):
     kind: RoundKind
     sigma: float
     epsilon: float
+    sensitivity: int = 1
 
 
 # The service's write-ahead gate: records the access as used, then lets it run.
@@ -75,7 +76,17 @@ class MechanismOptions:
 
     max_model_cells: int = 10**7
     rounds: int | None = None  # AIM: T (default 16·d); MWEM: T (default d)
+    # k, the rows one privacy unit may hold: every marginal's sensitivity (σ is k times a
+    # record-level round's for the same ρ) and the factor on the selection scores'.
+    sensitivity: int = 1
     measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
+    # AIM: share of ρ its one-way initialisation spends (None: the paper's α·d/T), and
+    # the noise filter: a candidate r is left out of a round while its expected noise
+    # √(2/π)·σ·n_r exceeds `noise_filter` × N̂ (N̂: the rows the one-way round implies);
+    # None: no filter and the paper's final round (app.privacy.mechanisms.aim, and
+    # docs/mechanisms.md for the figures behind these values).
+    init_share: float | None = 0.2
+    noise_filter: float | None = 0.5
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
@@ -111,8 +122,13 @@ class MechanismOptions:
             raise ValueError("max_model_cells must be positive")
         if self.rounds is not None and self.rounds < 1:
             raise ValueError("rounds must be positive")
+        check_sensitivity(self.sensitivity)
         if not 0.0 < self.measure_share < 1.0:
             raise ValueError("measure_share must be in (0, 1)")
+        if self.init_share is not None and not 0.0 < self.init_share < 1.0:
+            raise ValueError("init_share must be in (0, 1)")
+        if self.noise_filter is not None and not self.noise_filter > 0.0:
+            raise ValueError("noise_filter must be positive")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
         if self.round_fit_work < 1 or self.round_min_iterations < 1:
@@ -258,7 +274,7 @@ class MechanismRun:
             r if isinstance(r, Round) else Round.from_dict(r)
             for r in arguments.get("completed_rounds", ())
         ]
-        check_replayed(self.stored)
+        check_replayed(self.stored, self.options.sensitivity)
         for r in self.stored:
             if r.values.size != domain.cells(r.attributes):
                 raise RoundsMismatch(f"stored round {r.index} has the wrong number of values")
@@ -299,7 +315,7 @@ class MechanismRun:
         which records it as used before the body selects or draws."""
         if self._open is not None:
             raise MechanismStateError("a round's access is already open")
-        request = RoundAccess(len(self.rounds), kind, sigma, epsilon)
+        request = RoundAccess(len(self.rounds), kind, sigma, epsilon, self.options.sensitivity)
         self.ledger.spend(request.cost)
         with self.gate(request) if self.gate is not None else nullcontext():
             self._open = request
@@ -358,7 +374,8 @@ class MechanismRun:
         for k, (r, est) in enumerate(zip(candidates, estimates, strict=True)):
             error = float(np.abs(self.truth(r) - est).sum())
             scores[k] = weights[r] * (error - bias * sigma * self.domain.cells(r))
-        sensitivity = max(weights[r] for r in candidates)
+        # One unit moves each ‖M_r(D) − M_r(p̂)‖₁ by at most k, so q_r by at most k·w_r.
+        sensitivity = self.options.sensitivity * max(weights[r] for r in candidates)
         chosen = selection.exponential_mechanism(scores, epsilon, sensitivity)
         for r, est in zip(candidates, estimates, strict=True):
             if r in self.workload:
@@ -409,6 +426,7 @@ class MechanismRun:
             final=final,
             estimate_before=estimate_before,
             selection=selection_record,
+            sensitivity=opened.sensitivity,
         )
         if self.on_round is not None:
             self.on_round(record)  # the service commits it here, before anything uses it

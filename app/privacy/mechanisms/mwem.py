@@ -1,8 +1,9 @@
 """MWEM+PGM: MWEM with Private-PGM estimation (Algorithm 1 of the AIM paper).
 
 T rounds, each spending ρ/T: a share 1 − α on an exponential-mechanism selection over
-the workload marginals (quality ‖M_r(D) − M_r(p̂)‖₁, sensitivity 1) and α on measuring
-the chosen marginal with discrete Gaussian noise; the model is refitted after every
+the workload marginals (quality ‖M_r(D) − M_r(p̂)‖₁, sensitivity k, the rows one privacy
+unit may hold: `options.sensitivity`) and α on measuring the chosen marginal with
+discrete Gaussian noise (σ proportional to k); the model is refitted after every
 round (warm start). As in the reference implementation, round t only considers
 marginals whose junction tree, added to the measured sets, stays within
 (t/T)·max_model_cells cells. The last round spends exactly what is left (the same
@@ -47,7 +48,7 @@ def run_mwem(
     """Run (or resume) MWEM+PGM with total budget `rho` over `workload` (T = options.rounds).
 
     Same contract as `run_aim`; workload weights are ignored (each marginal has
-    quality sensitivity 1).
+    quality sensitivity k = `options.sensitivity`).
     """
     options = arguments["options"] = arguments.get("options") or MechanismOptions()
     normalised = normalise_workload(domain, workload)
@@ -55,7 +56,7 @@ def run_mwem(
     total_rounds = mwem_rounds(domain, options)
     check_workload(domain, normalised, options.max_model_cells)  # before any noise is drawn
     alpha = options.measure_share
-    sigma, epsilon = split_round(rho / total_rounds, alpha)
+    sigma, epsilon = split_round(rho / total_rounds, alpha, options.sensitivity)
     run = MechanismRun(NAME, domain, true_marginal, rho, unit, **arguments)
 
     def check(index: int, r: Round) -> None:
@@ -73,7 +74,9 @@ def run_mwem(
     for t in range(len(run.rounds) + run.lost, total_rounds):
         final = t == total_rounds - 1
         round_sigma, round_epsilon = (
-            split_round(run.ledger.remaining, alpha) if final else (sigma, epsilon)
+            split_round(run.ledger.remaining, alpha, options.sensitivity)
+            if final
+            else (sigma, epsilon)
         )
         limit = options.max_model_cells * (t + 1) / total_rounds
         candidates = size_filter(domain, run.measured, unit, limit, options.max_model_cells)

@@ -5,12 +5,13 @@ Gaussian noise, after (kind "select+measure") choosing it with the exponential
 mechanism, or without selection (kind "measure", AIM's one-way initialisation). Each
 `Round` record is small and JSON-serialisable (`to_dict`/`from_dict`) and holds
 everything a resumed run needs: the noisy values (never drawn again), σ and ε used,
-its exact ρ cost, the model's estimate of the chosen marginal before the round (to
-recompute the annealing decision after a crash), and the selection statistics that
-AIM's Theorem 4 needs (`Selection`).
+the sensitivity k of its marginal (the rows one privacy unit may hold), its exact ρ
+cost, the model's estimate of the chosen marginal before the round (to recompute the
+annealing decision after a crash), and the selection statistics that AIM's Theorem 4
+needs (`Selection`).
 
-`check_replayed` refuses (RoundsMismatch) stored rounds that are not consecutive or
-whose recorded ρ does not match their σ and ε.
+`check_replayed` refuses (RoundsMismatch) stored rounds that are not consecutive, of
+another sensitivity than the run's, or whose recorded ρ does not match σ, ε and k.
 """
 
 from __future__ import annotations
@@ -75,21 +76,22 @@ class Selection:
 
 
 class Priced:
-    """The price of a round from its σ and ε: a Gaussian measurement plus, if ε > 0, one
-    selection (`Round`, and `engine.RoundAccess` before the round runs)."""
+    """The price of a round from its σ, ε and sensitivity k: a Gaussian measurement plus,
+    if ε > 0, one selection (`Round`, and `engine.RoundAccess` before the round runs)."""
 
     sigma: float
     epsilon: float
+    sensitivity: int
 
     @property
     def cost(self) -> float:
         """ρ in floats, for the run's running ledger (a stored round's must equal `rho`)."""
-        return round_cost(self.sigma, self.epsilon)
+        return round_cost(self.sigma, self.epsilon, self.sensitivity)
 
     @property
     def exact_cost(self) -> Fraction:
-        """The exact ρ of the σ and ε, as rationals of the floats used."""
-        return exact_round_cost(self.sigma, self.epsilon)
+        """The exact ρ of the σ, ε and k, as rationals of the floats used."""
+        return exact_round_cost(self.sigma, self.epsilon, self.sensitivity)
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +118,7 @@ class Round(Priced):
     final: bool = False
     estimate_before: np.ndarray | None = None  # M_r(p̂_{t−1}) of the chosen r
     selection: Selection | None = None
+    sensitivity: int = 1  # k: rows per privacy unit (rounds stored without it had k = 1)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", tuple(self.attributes))
@@ -145,6 +148,7 @@ class Round(Priced):
             if self.estimate_before is None
             else [float(v) for v in self.estimate_before],
             "selection": None if self.selection is None else self.selection.to_dict(),
+            "sensitivity": self.sensitivity,
         }
 
     @classmethod
@@ -163,14 +167,20 @@ class Round(Priced):
             final=bool(data.get("final", False)),
             estimate_before=None if estimate is None else np.asarray(estimate, dtype=float),
             selection=None if selection is None else Selection.from_dict(selection),
+            sensitivity=int(data.get("sensitivity", 1)),
         )
 
 
-def check_replayed(rounds: Sequence[Round]) -> None:
-    """Stored rounds must be consecutive and their recorded ρ must match σ and ε."""
+def check_replayed(rounds: Sequence[Round], sensitivity: int = 1) -> None:
+    """Stored rounds must be consecutive, of the run's sensitivity, and their recorded ρ
+    must match σ, ε and that sensitivity."""
     for position, r in enumerate(rounds):
         if r.index != position:
             raise RoundsMismatch(f"stored round {position} has index {r.index}")
+        if r.sensitivity != sensitivity:
+            raise RoundsMismatch(
+                f"stored round {position} has sensitivity {r.sensitivity}, the run {sensitivity}"
+            )
         if not math.isclose(r.rho, r.cost, rel_tol=1e-12, abs_tol=0.0):
             raise RoundsMismatch(f"stored round {position} records ρ {r.rho} but costs {r.cost}")
         if r.values.size == 0:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from app.pgm import queries as q
-from app.pgm.domain import DomainError
+from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, SchemaError, format_number
@@ -62,7 +62,9 @@ class PreparedQuery:
 
     query: FactoredQuery
     axis_attributes: tuple[str, ...]
-    axis_labels: tuple[tuple[str, ...], ...]
+    axis_labels: tuple[tuple[str | None, ...], ...]
+    # Sentences for the answer (moments that skip missing values).
+    notes: tuple[str, ...] = ()
 
     @property
     def cells(self) -> int:
@@ -75,7 +77,32 @@ def _cdf_labels(attribute: Attribute) -> list[str]:
         labels = [f"< {format_number(e)}" for e in attribute.edges[1:]]
         labels[-1] = f"<= {format_number(attribute.edges[-1])}"
         return labels
-    return [f"<= {label}" for label in attribute.labels()]
+    return [f"<= {label}" for label in attribute.value_labels()]
+
+
+def _cdf(domain: Domain, attribute: Attribute) -> QueryFactor:
+    """Cumulative counts over the codes with a value: records without one (the missing
+    code, last) are in no row."""
+    if not attribute.missing:
+        return q.prefix(domain, attribute.name, _cdf_labels(attribute))
+    rows = attribute.value_size
+    matrix = np.tril(np.ones((attribute.size, attribute.size)))[:rows]
+    return QueryFactor(attribute.name, matrix, "prefix", tuple(_cdf_labels(attribute)))
+
+
+def _moments(domain: Domain, attribute: Attribute, order: int) -> QueryFactor:
+    """Σ value^k over the records that have a value: the missing code weighs 0."""
+    points = attribute.midpoints().tolist()
+    if attribute.missing:
+        points.append(0.0)
+    return q.moments(domain, attribute.name, points, order)
+
+
+def _skip_note(attribute: Attribute) -> str:
+    return (
+        f"moments of {attribute.name} skip its missing values: a record without a value "
+        f"adds nothing to any power (count those with where {attribute.name}: null)"
+    )
 
 
 def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> PreparedQuery:
@@ -98,6 +125,8 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
     row_factors: list[QueryFactor] = []
     axis_factors: list[QueryFactor] = []
     axis_attributes: list[str] = []
+    axis_labels: list[tuple[str | None, ...]] = []
+    notes: list[str] = []
     try:
         for name, condition in spec.where.items():
             attribute = attribute_for("where", name)
@@ -124,32 +153,40 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
                     for group, values in how.groups.items()
                 }
                 factor = q.groups(domain, name, members)
+                labels: tuple[str | None, ...] = factor.labels
             elif how == "value":
-                factor = q.identity(domain, name, attribute.labels())
+                factor = q.identity(domain, name)
+                labels = tuple(attribute.labels())  # JSON null for the missing code
             elif how == "cdf":
-                factor = q.prefix(domain, name, _cdf_labels(attribute))
+                factor = _cdf(domain, attribute)
+                labels = factor.labels
             else:
                 raise invalid(path, 'use "value", "cdf" or {"groups": {...}}')
             axis_factors.append(factor)
             axis_attributes.append(name)
+            axis_labels.append(labels)
         for name, order in spec.moments.items():
             attribute = attribute_for("moments", name)
             path = f"{parameter}.moments.{name}"
             if not 1 <= order <= MAX_MOMENT_ORDER:
                 raise invalid(path, f"the moment order must be 1 to {MAX_MOMENT_ORDER}")
             try:
-                points = attribute.midpoints()
+                factor = _moments(domain, attribute, order)
             except SchemaError as error:
                 raise invalid(path, str(error)) from None
-            axis_factors.append(q.moments(domain, name, points.tolist(), order))
+            axis_factors.append(factor)
             axis_attributes.append(name)
+            axis_labels.append(factor.labels)
+            if attribute.missing:
+                notes.append(_skip_note(attribute))
         query = FactoredQuery(domain, tuple(row_factors + axis_factors))
     except DomainError as error:  # QueryError: wrong weight count, non-finite entries, …
         raise invalid(parameter, str(error)) from None
     return PreparedQuery(
         query=query,
         axis_attributes=tuple(axis_attributes),
-        axis_labels=tuple(f.labels for f in axis_factors),
+        axis_labels=tuple(axis_labels),
+        notes=tuple(notes),
     )
 
 
@@ -206,6 +243,8 @@ def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]
     answers = []
     for item, result in zip(batch.items, results, strict=True):
         _, note = untouched_note(loaded, item.query.attributes)
+        if item.notes:
+            note = "; ".join(([note] if note else []) + list(item.notes))
         answers.append(
             {
                 "attributes": list(item.axis_attributes),

@@ -9,7 +9,8 @@ Two methods (`GET /synthetic?method=`):
 Cells are the schema's values: a categorical value, an integer attribute's code (the
 bin's single value), and for a numeric attribute a number inside its bin — uniform in
 [lo, hi), written with a fixed number of decimals for the attribute (truncated, so it
-never reaches hi) — never a bin label. Deterministic given `seed`: the records and the
+never reaches hi) — never a bin label. A missing code (an attribute with `missing`) is
+an empty cell. Deterministic given `seed`: the records and the
 numbers inside bins come from two generators seeded from it. Both methods stream in
 chunks of SYNTHETIC_CHUNK_ROWS rows; no table of all rows is ever held.
 
@@ -71,6 +72,7 @@ def synthetic_rows(loaded: LoadedModel, rows: int | None) -> int:
 
 
 def _labels(attribute: Attribute) -> Column:
+    # The missing code's label is None, which csv writes as an empty cell.
     labels = np.asarray(attribute.labels(), dtype=object)
     return Column(lambda codes, _: None, lambda codes, _: labels[codes].tolist())
 
@@ -84,16 +86,22 @@ def _numbers_in_bins(attribute: Attribute) -> Column:
     scale = 10.0**decimals
     template = f"%.{decimals}f"
 
+    bins = len(low)  # the missing code, if any, is `bins`: no number, an empty cell
+
     def draw(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        exact = low[codes] + rng.random(codes.size) * width[codes]
+        in_bin = np.minimum(codes, bins - 1)
+        exact = low[in_bin] + rng.random(codes.size) * width[in_bin]
         values: np.ndarray = np.floor(exact * scale) / scale
         return values
 
     def texts(codes: np.ndarray, values: np.ndarray | None) -> list[str]:
         texts: list[str] = np.char.mod(template, values).tolist()
+        in_bin = np.minimum(codes, bins - 1)
         # An edge with more decimals than the template can truncate below its bin.
-        for i in np.flatnonzero(np.asarray(values) < low[codes]):
-            texts[i] = repr(float(low[codes[i]]))
+        for i in np.flatnonzero(np.asarray(values) < low[in_bin]):
+            texts[i] = repr(float(low[in_bin[i]]))
+        for i in np.flatnonzero(codes >= bins):
+            texts[i] = ""
         return texts
 
     return Column(draw, texts)

@@ -10,6 +10,9 @@ import numpy as np
 from app.schema import Attribute, DatasetSchema, SchemaError
 from app.services.answers.common import attribute_of, invalid
 
+# The missing code in a query string's value list (`where=income:null`).
+NULL_TEXT = "null"
+
 
 def _split_values(attribute: Attribute, text: str) -> list[str]:
     """Comma-separated values; numeric bin labels ("[0, 18)") keep their inner comma."""
@@ -70,7 +73,9 @@ def codes_of_labels(attribute: Attribute, labels: Sequence[object], parameter: s
 def parse_where(
     schema: DatasetSchema, text: str, *, parameter: str = "where"
 ) -> tuple[str, np.ndarray]:
-    """`attr:v1,v2` (a value set) or `attr:lo..hi` (half-open range) → (attribute, codes)."""
+    """`attr:v1,v2` (a value set) or `attr:lo..hi` (half-open range) → (attribute, codes).
+
+    `null` among the values is the missing code of an attribute with `missing`."""
     name, separator, rest = text.partition(":")
     if not separator:
         raise invalid(
@@ -87,4 +92,12 @@ def parse_where(
     values = _split_values(attribute, rest) if rest else []
     if any(not v for v in values):
         raise invalid(parameter, f"empty value in the list for {attribute.name!r}")
-    return attribute.name, codes_of_labels(attribute, values, parameter)
+    return attribute.name, codes_of_labels(attribute, _nulls(attribute, values), parameter)
+
+
+def _nulls(attribute: Attribute, values: list[str]) -> list[str | None]:
+    """`null` in a query string is the missing code (None), unless the attribute has a
+    value spelled "null" itself (then that value wins)."""
+    if not attribute.missing or NULL_TEXT in (attribute.values or ()):
+        return list(values)
+    return [None if value == NULL_TEXT else value for value in values]
