@@ -1,14 +1,15 @@
 """The `privq` command: serve | worker | migrate | demo, and the operator's commands.
 
 - `privq serve` — the API with uvicorn; on SQLite (the default) it upgrades the
-  schema itself and runs one worker thread in the same process.
+  schema itself and starts one worker process beside the API (a child it stops).
 - `privq worker` — a standalone worker process (scale-out, PostgreSQL).
 
 `serve`, `worker` and `admin` check the schema first (`app.migrations.database_problem`): an
 out-of-date one is a one-line error naming `privq migrate` and exit status 1.
 - `privq migrate` — upgrade the database schema to the latest revision.
 - `privq admin create-tenant NAME` — create a tenant and print its id and API key.
-- `privq demo [--data-dir DIR]` — the whole loop on Adult, in one process (`app.demo`).
+- `privq admin rotate-key` — replace the admin key (the way to recover a lost one).
+- `privq demo` — the whole loop on a made-up census table, in one process (`app.demo`).
 - `privq tenants|keys|grants|datasets|jobs|ledger …` — what the admin key can do over
   HTTP, on the host against the database (`app.commands`; `--json` for the API's JSON).
 """
@@ -19,7 +20,8 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from app.config import Settings, get_settings
 from app.migrations import database_problem
@@ -38,18 +40,51 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
-    from app.worker import start_embedded_workers
+    from app.worker import EmbeddedWorkers, start_embedded_workers
 
     problem = database_problem(settings, reachable_required=False, warn=_warn)
     if problem is not None:
         return _refuse(problem)
     if args.workers_in_process is not None:
         settings = settings.model_copy(update={"workers_in_process": args.workers_in_process})
-    app = create_app(settings, start_workers=start_embedded_workers)
+    started: list[EmbeddedWorkers] = []
+
+    def start_workers(count: int, worker_settings: Settings) -> EmbeddedWorkers:
+        workers = start_embedded_workers(count, worker_settings)
+        started.append(workers)
+        return workers
+
+    app = create_app(settings, start_workers=start_workers)
     _settle_garbage_collector()
-    # The app's own JSON request log replaces uvicorn's access log.
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=False,  # the app's own JSON request log replaces uvicorn's
+        timeout_graceful_shutdown=settings.api_shutdown_grace_seconds,
+        timeout_keep_alive=settings.api_keep_alive_seconds,
+        backlog=settings.api_backlog,
+    )
+
+    def signal_workers() -> None:
+        for workers in started:
+            workers.signal()
+
+    _stopping_server(config, on_exit=signal_workers).run()
     return 0
+
+
+def _stopping_server(config: Any, on_exit: Callable[[], None]) -> Any:
+    """uvicorn's server, whose stop signal also reaches the embedded workers at once: they
+    head for a safe point while the API drains its requests, not after."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            on_exit()  # the first signal stops them gracefully; a second one forces it
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def _settle_garbage_collector() -> None:
@@ -121,11 +156,9 @@ def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, _settings: Settings) -> int:
-    from pathlib import Path
+    from app.demo import run_demo
 
-    from app.demo import default_data_dir, run_demo
-
-    return run_demo(Path(args.data_dir) if args.data_dir else default_data_dir(), rho=args.rho)
+    return run_demo(rho=args.rho)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,11 +177,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="worker threads inside the API process (default: 1 on SQLite, 0 otherwise)",
+        help="worker processes started beside the API (default: 1 on SQLite, 0 otherwise)",
     )
     serve.set_defaults(handler=_serve)
 
-    worker = commands.add_parser("worker", help="run a job worker until interrupted")
+    worker = commands.add_parser(
+        "worker",
+        help="run a job worker until interrupted",
+        description="Run jobs until stopped. SIGTERM or Ctrl-C: the job in hand stops at "
+        "its next safe point and goes back to the queue without spending an attempt; a "
+        "second signal, or PRIVQ_WORKER_STOP_GRACE_SECONDS without a safe point, stops at "
+        "once.",
+    )
     worker.add_argument(
         "--metrics-port",
         type=int,
@@ -165,11 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.set_defaults(handler=_worker)
 
-    demo = commands.add_parser("demo", help="run the whole loop on the Adult data, in-process")
-    demo.add_argument(
-        "--data-dir",
-        help="folder with adult.csv and adult-domain.json "
-        "(default: ../shared/data beside the repository)",
+    demo = commands.add_parser(
+        "demo", help="run the whole loop on a made-up census table (examples/), in-process"
     )
     demo.add_argument("--rho", type=float, default=1.0, help="the analyst's grant (default 1)")
     demo.set_defaults(handler=_demo)
@@ -184,10 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create_tenant.add_argument("name")
     create_tenant.set_defaults(handler=_create_tenant)
+    from app.commands.admin_key import add_rotate_key
+
+    add_rotate_key(admin_commands)
 
     from app.commands import add_commands  # tenants, keys, grants, datasets, jobs, ledger
 
     add_commands(commands)
+
+    from app.commands import schema as schema_commands  # privq schema draft FILE
+
+    schema_commands.register(commands)
+
+    from app.commands import sql as sql_commands  # privq sql DATASET "SELECT …"
+
+    sql_commands.register(commands)
     return parser
 
 

@@ -95,7 +95,10 @@ class Settings(BaseSettings):
         description="Accept a short or well-known admin key anyway: for a throw-away "
         "development or test setup only; refused when env=production.",
     )
-    env: Literal["development", "production", "test"] = "development"
+    env: Literal["development", "production", "test"] = Field(
+        default="development",
+        description="production requires admin_key to be set and refuses insecure_dev_key.",
+    )
     max_upload_bytes: int = Field(default=2 * 1024**3, gt=0, description="Largest CSV upload.")
     max_json_body_bytes: int = Field(
         default=4 * 1024**2, gt=0, description="Largest JSON request body (413 beyond)."
@@ -173,6 +176,38 @@ class Settings(BaseSettings):
     worker_poll_seconds: float = Field(
         default=0.5, gt=0, description="How often an idle worker looks for a job."
     )
+    worker_stop_grace_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="On SIGTERM a worker stops at its job's next safe point (between "
+        "mechanism rounds, before or after a measurement's draw, between a fit's "
+        "iterations) and gives the job back without spending an attempt; if none comes "
+        "within this many seconds, or a second signal arrives, it stops at once and the "
+        "attempt counts. A container's stop grace period should exceed it (and "
+        "api_shutdown_grace_seconds for `privq serve`).",
+    )
+    api_shutdown_grace_seconds: int = Field(
+        default=30,
+        gt=0,
+        description="On SIGTERM the API stops accepting connections and lets requests in "
+        "flight finish for up to this many seconds (uvicorn's graceful shutdown) before "
+        "closing them.",
+    )
+    api_keep_alive_seconds: int = Field(
+        default=75,
+        gt=0,
+        description="How long the API keeps an idle HTTP connection open. Longer than the "
+        "idle timeout of common client pools and proxies (httpx 5 s, requests/urllib3 "
+        "none, nginx 60 s), so the server never closes a connection a client is about to "
+        "reuse.",
+    )
+    api_backlog: int = Field(
+        default=2048,
+        ge=64,
+        description="Connections the API's listening socket queues before accepting them "
+        "(the kernel caps it at net.core.somaxconn): a burst of clients waits instead of "
+        "being refused.",
+    )
     fit_solver: Literal["auto", "admm", "mirror_descent", "dual_averaging"] = Field(
         default="auto",
         description="Private-PGM solver for model fits; auto: ADMM for models up to "
@@ -182,7 +217,11 @@ class Settings(BaseSettings):
     fit_tolerance: float = Field(
         default=1e-6, ge=0, description="Relative tolerance at which a fit stops."
     )
-    log_level: str = "INFO"
+    log_level: str = Field(
+        default="INFO",
+        description="Level of the JSON log lines every process writes on stderr "
+        "(DEBUG, INFO, WARNING, ERROR).",
+    )
     metrics_public: bool = Field(
         default=False,
         description="Serve /metrics without the admin key (e.g. to a scraper on a private "

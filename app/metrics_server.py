@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -19,6 +20,9 @@ from app.config import Settings
 from app.db import Database
 from app.metrics import CONTENT_TYPE, render_latest
 from app.services import tenants as tenant_service
+
+# How long the stored admin key's hash is trusted before it is read again.
+ADMIN_KEY_RECHECK_SECONDS = 5.0
 
 logger = logging.getLogger("privq.metrics")
 
@@ -37,16 +41,16 @@ class MetricsApp:
         self.settings = settings
         self.database = database
         self._admin_hash: str | None = None
+        self._admin_hash_until = 0.0
 
     def admin_key_hash(self) -> str | None:
-        if self._admin_hash is None:
-            if self.settings.admin_key is not None:
-                self._admin_hash = tenant_service.hash_key(
-                    self.settings.admin_key.get_secret_value()
-                )
-            else:
-                with self.database.read_only() as session:
-                    self._admin_hash = tenant_service.stored_admin_key_hash(session)
+        if self.settings.admin_key is not None:
+            return tenant_service.hash_key(self.settings.admin_key.get_secret_value())
+        # The stored key (`privq admin rotate-key` replaces it): read again after a while.
+        if self._admin_hash is None or time.monotonic() >= self._admin_hash_until:
+            with self.database.read_only() as session:
+                self._admin_hash = tenant_service.stored_admin_key_hash(session)
+            self._admin_hash_until = time.monotonic() + ADMIN_KEY_RECHECK_SECONDS
         return self._admin_hash
 
     def allowed(self, authorization: str) -> bool:

@@ -18,8 +18,10 @@ from typing import IO, Any, Literal
 
 import pandas as pd
 
+from privq_client import ensure
 from privq_client.base import BaseClient
 from privq_client.client import privacy_amount
+from privq_client.drafting import text_objects
 from privq_client.transport import Json, segment
 
 Estimator = Literal["mle", "cgm-em"]
@@ -63,6 +65,33 @@ def csv_file(data: CsvSource) -> Iterator[IO[bytes]]:
             yield spooled
     else:
         yield data  # type: ignore[misc]  # a binary file object, as it is
+
+
+PARQUET_CONTENT_TYPE = "application/vnd.apache.parquet"
+TableSource = str | os.PathLike[str] | pd.DataFrame
+
+
+@contextmanager
+def table_file(data: TableSource) -> Iterator[tuple[IO[bytes], str, str]]:
+    """(binary file, file name, content type) to stream: a DataFrame written as Parquet
+    to a temporary file, a path opened as it is (Parquet by its magic bytes, else CSV)."""
+    if isinstance(data, pd.DataFrame):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with tempfile.TemporaryFile() as spooled:
+            table = pa.Table.from_pandas(text_objects(data), preserve_index=False)
+            pq.write_table(table, spooled)
+            spooled.seek(0)
+            yield spooled, "data.parquet", PARQUET_CONTENT_TYPE
+        return
+    if not isinstance(data, str | os.PathLike):
+        raise TypeError("data must be a DataFrame or the path of a CSV or Parquet file")
+    with open(data, "rb") as opened:
+        parquet = opened.read(4) == b"PAR1"
+        opened.seek(0)
+        name = Path(data).name
+        yield opened, name, PARQUET_CONTENT_TYPE if parquet else "text/csv"
 
 
 class AdminClient(BaseClient):
@@ -109,7 +138,54 @@ class AdminClient(BaseClient):
             "DELETE", f"/v1/tenants/{segment(tenant_id)}/keys/{segment(key_id)}"
         )
 
+    def ensure_tenant(self, name: str, *, new_key: bool = False) -> Json:
+        """The tenant called `name`, created (with its first key) if there is none.
+
+        A key is shown only once, when it is issued, so an existing tenant's keys cannot
+        be returned: its `api_key` is None — unless `new_key=True`, which issues it one
+        more key (`api_key`, `key_id`; revoke old ones with `revoke_key`). `created` says
+        whether the tenant is new (then `api_key` is its first key). Rerunnable:
+        `tenant = admin.ensure_tenant("analyst", new_key=True)` gives a working key every
+        time, at the cost of one key per run.
+        """
+        return ensure.ensure_tenant(self, name, new_key=new_key)
+
     # ---- datasets -------------------------------------------------------------------
+
+    def dataset_named(self, name: str) -> Json | None:
+        """The dataset called `name`, or None; `ValueError` (`AmbiguousName`) naming the
+        ids if several are."""
+        return ensure.dataset_named(self, name)
+
+    def ensure_dataset(
+        self,
+        name: str,
+        data: TableSource,
+        schema: SchemaSource,
+        *,
+        privacy_unit: Mapping[str, Any] | None = None,
+        rho_total: float | None = None,
+        timeout: float | None = UPLOAD_TIMEOUT_SECONDS,
+    ) -> Json:
+        """The dataset called `name`; uploaded (as `upload` does) only if none is.
+
+        An existing dataset is returned as it is: its records, schema and `rho_total` are
+        not compared with `data` and `schema` (delete it to upload anew). `created` says
+        whether it was uploaded now. Several datasets of that name: `ValueError` naming
+        their ids.
+        """
+        return ensure.ensure_dataset(
+            self,
+            name,
+            lambda: self.upload(
+                data,
+                schema,
+                name,
+                privacy_unit=privacy_unit,
+                rho_total=rho_total,
+                timeout=timeout,
+            ),
+        )
 
     def upload_dataset(
         self,
@@ -124,15 +200,49 @@ class AdminClient(BaseClient):
         row); `schema` a mapping, JSON text or a JSON file's path (`{"attributes": [...]}`
         or a size map). `rho_total` caps all grants together. Returns the dataset (with
         its row count); a value outside the schema is `ApiError` 422 and stores nothing."""
-        form = {"name": name, "schema": schema_text(schema)}
+        form = {"name": name}
         if rho_total is not None:
             form["rho_total"] = str(rho_total)
+        # The schema goes as a file part: a form field may not hold a pretty-printed
+        # file's line breaks (text fields refuse control characters).
+        schema_part = ("schema.json", schema_text(schema).encode("utf-8"), "application/json")
         with csv_file(data) as handle:
             body: Json = self._transport.json(
                 "POST",
                 "/v1/datasets",
                 data=form,
-                files={"file": (f"{name}.csv", handle, "text/csv")},
+                files={"schema": schema_part, "file": (f"{name}.csv", handle, "text/csv")},
+                timeout=timeout,
+            )
+        return body
+
+    def upload(
+        self,
+        data: TableSource,
+        schema: SchemaSource,
+        name: str,
+        *,
+        privacy_unit: Mapping[str, Any] | None = None,
+        rho_total: float | None = None,
+        timeout: float | None = UPLOAD_TIMEOUT_SECONDS,
+    ) -> Json:
+        """Upload a table: `data` a DataFrame (sent as Parquet, its index dropped) or the
+        path of a CSV or Parquet file; `schema` as for `upload_dataset` (or
+        `draft_schema(df)` reviewed). `privacy_unit={"column": "person_id", "max_rows":
+        k}` makes the rows sharing an id one unit: at most k of them are kept (at random)
+        and the id column is never stored. Returns the dataset."""
+        form = {"name": name}
+        if rho_total is not None:
+            form["rho_total"] = str(rho_total)
+        if privacy_unit is not None:
+            form["privacy_unit"] = json.dumps(dict(privacy_unit))
+        schema_part = ("schema.json", schema_text(schema).encode("utf-8"), "application/json")
+        with table_file(data) as (handle, filename, content_type):
+            body: Json = self._transport.json(
+                "POST",
+                "/v1/datasets",
+                data=form,
+                files={"schema": schema_part, "file": (filename, handle, content_type)},
                 timeout=timeout,
             )
         return body
@@ -175,6 +285,21 @@ class AdminClient(BaseClient):
             json={"tenant_id": tenant_id, **privacy_amount(rho, epsilon, delta)},
         )
         return body
+
+    def ensure_grant(
+        self,
+        dataset_id: str,
+        tenant_id: str,
+        rho: float | None = None,
+        *,
+        epsilon: float | None = None,
+        delta: float | None = None,
+    ) -> Json:
+        """The tenant's grant on the dataset with this limit: created if it has none, its
+        limit set if it differs (409 `rho_below_spent` under what it spent), returned as
+        it is otherwise. `created` says whether it is new."""
+        amount = privacy_amount(rho, epsilon, delta)
+        return ensure.ensure_grant(self, dataset_id, tenant_id, amount)
 
     def grants(self, dataset_id: str, *, page_size: int | None = None) -> list[Json]:
         """Every grant on the dataset with `rho_limit`, `rho_spent`, `rho_remaining`."""

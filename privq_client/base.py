@@ -25,8 +25,10 @@ from privq_client.transport import (
     Json,
     Params,
     Transport,
+    decode_json,
     segment,
 )
+from privq_client.unmeasured import warn_unmeasured
 
 JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 SyntheticMethod = Literal["round", "sample"]
@@ -148,24 +150,28 @@ class BaseClient:
         names = [attributes] if isinstance(attributes, str) else list(attributes)
         if not names:
             raise ValueError("name at least one attribute")
-        body = self._transport.json(
+        response = self._transport.request(
             "GET",
             f"/v1/datasets/{segment(dataset_id)}/marginals",
             params={"attrs": ",".join(names)},
         )
-        return frames.marginal_frame(body)
+        warn_unmeasured(response, "marginal")
+        return frames.marginal_frame(decode_json(response, "GET"))
 
     def count(self, dataset_id: str, where: Filters | None = None) -> pd.DataFrame:
         """The model's count of records matching every filter, as one row: each filtered
         attribute's condition and `count` (`where={"sex": "F", "age": {"ge": 30,
         "lt": 45}}`). Free."""
         filters = count_filters(where)
-        body = self._transport.json(
+        response = self._transport.request(
             "GET",
             f"/v1/datasets/{segment(dataset_id)}/count",
             params={"where": count_params(where)},
         )
-        return frames.count_frame(body, filters)
+        unmeasured = warn_unmeasured(response, "count")
+        frame = frames.count_frame(decode_json(response, "GET"), filters)
+        frame.attrs["unmeasured_attributes"] = unmeasured
+        return frame
 
     def query(
         self,
@@ -180,23 +186,32 @@ class BaseClient:
         filters, `weights` (a row vector per attribute), `moments` (Σ value^k, k ≤ K).
         A column per axis, and `count` — or `value` with weights or moments. Free."""
         query = factored_query(where=where, by=by, weights=weights, moments=moments)
-        (frame,) = self.queries(dataset_id, [query])
+        (frame,) = self._queries(dataset_id, [query])
         return frame
 
     def queries(self, dataset_id: str, queries: Sequence[Mapping[str, Any]]) -> list[pd.DataFrame]:
         """Several factored queries, in the API's JSON form, in one request: a DataFrame
         each, as `query` makes them. Free."""
+        return self._queries(dataset_id, queries)
+
+    def _queries(self, dataset_id: str, queries: Sequence[Mapping[str, Any]]) -> list[pd.DataFrame]:
         listed = [dict(query) for query in queries]
-        body = self._transport.json(
+        response = self._transport.request(
             "POST", f"/v1/datasets/{segment(dataset_id)}/queries", json={"queries": listed}
         )
+        # From here the warning points at the caller of `query` or `queries`.
+        unmeasured = warn_unmeasured(response, "queries", stacklevel=4)
+        body = decode_json(response, "POST")
         version = body.get("model_version")
-        return [
+        answered = [
             frames.answer_frame(
                 answer, value_column=frames.query_value_column(query), model_version=version
             )
             for query, answer in zip(listed, body["answers"], strict=True)
         ]
+        for frame in answered:
+            frame.attrs["unmeasured_attributes"] = unmeasured
+        return answered
 
     def synthetic(
         self,
@@ -215,6 +230,7 @@ class BaseClient:
         with self._transport.stream(
             "GET", f"/v1/datasets/{segment(dataset_id)}/synthetic", params=params
         ) as response:
+            unmeasured = warn_unmeasured(response, "synthetic data")
             frame = frames.synthetic_frame(response.iter_bytes(), attributes)
             announced = response.headers.get("X-Rows")
             version = response.headers.get("X-Model-Version")
@@ -228,4 +244,5 @@ class BaseClient:
         frame.attrs["model_version"] = int(version) if version else None
         frame.attrs["rows"] = len(frame)
         frame.attrs["method"] = used_method
+        frame.attrs["unmeasured_attributes"] = unmeasured
         return frame

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, overload
 
+import pandas as pd
+
 from privq_client.base import BaseClient
 from privq_client.jobs import Job
 from privq_client.transport import Json, segment
@@ -318,3 +320,16 @@ class Client(BaseClient):
             dry_run=dry_run,
             delta=delta,
         )
+
+    def sql(self, dataset_id: str, query: str) -> pd.DataFrame:
+        """A SQL SELECT answered from the model (docs/sql.md): a DataFrame with the query's
+        columns and rows (NULL as None/NaN). `attrs` keeps `model_version`, `unmeasured`,
+        `standard_errors` (one list per row), `note`, `terms`. Free."""
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("give one SELECT statement")
+        body: Json = self._transport.json(
+            "POST", f"/v1/datasets/{segment(dataset_id)}/sql", json={"query": query}
+        )
+        frame = pd.DataFrame(body["rows"], columns=body["columns"])
+        frame.attrs.update({k: v for k, v in body.items() if k not in ("rows", "columns")})
+        return frame

@@ -26,10 +26,12 @@ POLL_GROWTH = 1.5
 # Where a measurement job is, as a fraction of its work (a fit's length is unknown).
 STAGE_FRACTIONS = {
     "queued": 0.0,
+    "requeued": 0.0,  # a stopping worker gave it back; another one picks it up
     "measuring": 0.1,
     "measured": 0.3,
     "waiting_for_fit": 0.4,
     "fitting": 0.5,
+    "fitted": 0.9,
     "done": 1.0,
 }
 

@@ -34,6 +34,7 @@ from app.api.responses import SafeJSONResponse
 from app.config import Settings, get_settings
 from app.db import Database
 from app.logs import configure_logging
+from app.services import admin_key as admin_key_service
 from app.services import tenants as tenant_service
 
 logger = logging.getLogger("privq.api")
@@ -63,8 +64,8 @@ def announce_admin_key(database: Database, settings: Settings) -> str | None:
     with database.unit_of_work() as session:
         admin_key = tenant_service.ensure_generated_admin_key(session)
     if admin_key is not None:
-        # Printed once, to stdout, for the operator; only its hash is stored.
-        print(f"privq: generated admin key (shown only now; keep it): {admin_key}", flush=True)
+        # Printed once, to stdout (the logs go to stderr), in a block of its own.
+        print(admin_key_service.notice(admin_key, headline="generated admin key:"), flush=True)
     return admin_key
 
 

@@ -37,6 +37,8 @@ hopping to the thread pool.
 from __future__ import annotations
 
 import hmac
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -166,6 +168,11 @@ class Principal:
         return None if self.tenant is None else self.tenant.id
 
 
+# How long an API process trusts the stored admin key's hash it read (a rotation takes
+# effect everywhere within this many seconds).
+ADMIN_KEY_RECHECK_SECONDS = 5.0
+
+
 def _stored_admin_key_hash(database: Database) -> str | None:
     with database.read_only() as session:
         return tenant_service.stored_admin_key_hash(session)
@@ -175,16 +182,20 @@ async def _admin_key_hash(request: Request, settings: Settings, database: Databa
     """The admin key's hash: from the settings, or the generated one stored at start-up."""
     state = request.app.state
     known: str | None = getattr(state, "admin_key_hash", None)
-    if known is not None:
+    if known is not None and time.monotonic() < getattr(state, "admin_key_hash_until", 0.0):
         return known
     if settings.admin_key is not None:
+        # Fixed while the process runs: remembered for good.
         known = tenant_service.hash_key(settings.admin_key.get_secret_value())
+        until = math.inf
     else:
+        # A generated key is stored, and `privq admin rotate-key` replaces it: looked up
+        # again every few seconds, so a rotation reaches every API process that soon.
         known = await run_in_threadpool(_stored_admin_key_hash, database)
-    # It never changes while the process runs (settings are fixed; a generated key is
-    # stored once), so it can be remembered once found.
+        until = time.monotonic() + ADMIN_KEY_RECHECK_SECONDS
     if known is not None:
         state.admin_key_hash = known
+        state.admin_key_hash_until = until
     return known
 
 

@@ -3,8 +3,11 @@
 Covers `PrivqError` (with its status and details), FastAPI's own 404/405/… and its
 422 validation errors — reported by field location and reason (and a number's allowed
 range), never echoing the values that were sent. A body that is not JSON at all is 400
-`invalid_json`. A database that cannot be reached (or a connection pool that stays
-exhausted) is 503 `unavailable` with `Retry-After`, not a 500. Anything else
+`invalid_json`. A database that cannot be reached — refused, dropped mid-request,
+restarting, or a connection pool that stays exhausted — is 503 `database_unavailable`
+with `Retry-After`, never a 500 (`is_database_unavailable`: SQLAlchemy's
+OperationalError and InterfaceError, a DBAPI error that invalidated its connection,
+the driver's own connection errors, anywhere in the exception's causes). Anything else
 unexpected is logged with its traceback and answered 500 `internal_error`.
 """
 
@@ -16,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -51,6 +54,54 @@ def error_response(status: int, code: str, message: str, **details: Any) -> Safe
         content={"error": {"code": code, "message": message, **details}},
         headers=headers,
     )
+
+
+DATABASE_UNAVAILABLE = "database_unavailable"
+DATABASE_UNAVAILABLE_MESSAGE = "the database is unavailable or busy; retry shortly"
+
+
+def _driver_connection_errors() -> tuple[type[BaseException], ...]:
+    """psycopg's connection errors, raised as they are by code that uses the driver
+    directly (they are SQLAlchemy's OperationalError/InterfaceError once wrapped)."""
+    try:
+        import psycopg
+    except ImportError:  # a SQLite-only installation
+        return ()
+    return (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+_DRIVER_CONNECTION_ERRORS = _driver_connection_errors()
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The error, what it was raised from or during, and an exception group's members."""
+    seen: list[BaseException] = []
+    pending = [error]
+    while pending and len(seen) < 32:
+        current = pending.pop()
+        if any(current is s for s in seen):
+            continue
+        seen.append(current)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+    return seen
+
+
+def is_database_unavailable(error: BaseException) -> bool:
+    """Whether `error` comes of the database being unreachable (not of a bad statement)."""
+    for cause in _causes(error):
+        if isinstance(cause, OperationalError | InterfaceError | PoolTimeoutError):
+            return True
+        if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+            return True
+        if _DRIVER_CONNECTION_ERRORS and isinstance(cause, _DRIVER_CONNECTION_ERRORS):
+            return True
+    return False
+
+
+def database_unavailable_response() -> SafeJSONResponse:
+    return error_response(503, DATABASE_UNAVAILABLE, DATABASE_UNAVAILABLE_MESSAGE)
 
 
 def _field_path(location: tuple[Any, ...] | list[Any]) -> str:
@@ -106,11 +157,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _database_unavailable(_request: Request, error: Exception) -> SafeJSONResponse:
         # The message names the cause without SQL or parameters (engines hide them too).
         logger.warning("database unavailable", extra={"error": type(error).__name__})
-        return error_response(
-            503, "unavailable", "the database is unavailable or busy; retry shortly"
-        )
+        return database_unavailable_response()
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, error: Exception) -> SafeJSONResponse:
+        if is_database_unavailable(error):
+            return await _database_unavailable(_request, error)
         logger.error("unhandled error", exc_info=error)
         return error_response(500, "internal_error", "internal server error")

@@ -137,8 +137,9 @@ BODY_REFUSALS: dict[str, dict[int, list[Coded]]] = {
 DATABASE_REFUSALS: dict[int, list[Coded]] = {
     503: [
         Coded(
-            "unavailable",
-            "The database is unreachable or busy; retry after `Retry-After` seconds.",
+            "database_unavailable",
+            "The database is unreachable (down, restarting, refusing connections) or "
+            "busy; retry after `Retry-After` seconds.",
             "the database is unavailable or busy; retry shortly",
         )
     ]

@@ -10,7 +10,15 @@ from sqlalchemy.orm import Session
 
 from app.api.routers.measurements import JobOut
 from app.api.schemas import LedgerEntryOut
-from app.commands.output import Listing, Record, action, json_flag, page_flags, run
+from app.commands.output import (
+    Listing,
+    Record,
+    action,
+    json_flag,
+    page_flags,
+    resolve_dataset,
+    run,
+)
 from app.services import jobs as job_service
 from app.services import ledger
 
@@ -23,7 +31,7 @@ def list_jobs(args: argparse.Namespace, session: Session) -> Listing:
     found = job_service.list_jobs(
         session,
         tenant_id=args.tenant,
-        dataset_id=args.dataset,
+        dataset_id=resolve_dataset(session, args.dataset, deleted_ids=True),
         status=args.status,
         kind=args.kind,
         limit=args.limit,
@@ -45,7 +53,7 @@ def cancel_job(args: argparse.Namespace, session: Session) -> Record:
 def read_ledger(args: argparse.Namespace, session: Session) -> Listing:
     found = ledger.entries(
         session,
-        dataset_id=args.dataset,
+        dataset_id=resolve_dataset(session, args.dataset, deleted_ids=True),
         tenant_id=args.tenant,
         limit=args.limit,
         cursor=args.cursor,
@@ -59,7 +67,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     jobs = commands.add_parser("jobs", help="the job queue: list, inspect")
     actions = jobs.add_subparsers(dest="jobs_command", required=True)
     listing = action(actions, "list", list_jobs, "jobs, newest first", paged=True)
-    listing.add_argument("--dataset", default=None, help="only this dataset's jobs")
+    listing.add_argument(
+        "--dataset", default=None, help="only this dataset's jobs (its id or unique name)"
+    )
     listing.add_argument("--tenant", default=None, help="only this tenant's jobs")
     listing.add_argument("--status", choices=JOB_STATUSES, default=None)
     listing.add_argument("--kind", default=None, help="measure, aim, mwem, …")
@@ -72,7 +82,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "job_id",
     )
     ledger_parser = commands.add_parser("ledger", help="every charge and refund, oldest first")
-    ledger_parser.add_argument("--dataset", default=None, help="only this dataset's lines")
+    ledger_parser.add_argument(
+        "--dataset", default=None, help="only this dataset's lines (its id or unique name)"
+    )
     ledger_parser.add_argument("--tenant", default=None, help="only this tenant's lines")
     page_flags(ledger_parser)
     json_flag(ledger_parser)

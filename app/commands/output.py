@@ -186,7 +186,10 @@ def action(
     help), `--limit`/`--cursor` if `paged`, and `--json`. Options are added by the caller."""
     parser: argparse.ArgumentParser = actions.add_parser(name, help=help)
     for positional in positionals:
-        if isinstance(positional, tuple):
+        if positional == DATASET_ARGUMENT:
+            parser.add_argument(positional, metavar="DATASET", help=DATASET_HELP)
+            command = partial(_with_dataset_resolved, command)
+        elif isinstance(positional, tuple):
             parser.add_argument(positional[0], help=positional[1])
         else:
             parser.add_argument(positional)
@@ -195,3 +198,31 @@ def action(
     json_flag(parser)
     parser.set_defaults(handler=partial(run, command))
     return parser
+
+
+# A positional `dataset_id` takes an id or a unique name (`app.services.dataset_names`).
+DATASET_ARGUMENT = "dataset_id"
+DATASET_HELP = "the dataset's id, or its name if no other dataset has that name"
+
+
+def resolve_dataset(
+    session: Session, reference: str | None, *, deleted_ids: bool = False
+) -> str | None:
+    """The id of the dataset an id or unique name names (None stays None). A reference
+    that names none is passed on as it is, for the command to refuse in its own words
+    (after checking its other arguments); a name several datasets share is refused here
+    with their ids."""
+    from app.errors import NotFound
+    from app.services import dataset_names
+
+    if reference is None:
+        return None
+    try:
+        return dataset_names.resolve(session, reference, deleted_ids=deleted_ids)
+    except NotFound:
+        return reference
+
+
+def _with_dataset_resolved(command: Command, args: argparse.Namespace, session: Session) -> Result:
+    args.dataset_id = resolve_dataset(session, args.dataset_id)
+    return command(args, session)

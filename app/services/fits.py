@@ -20,6 +20,7 @@ changed).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,9 @@ from app.services import models as model_service
 from app.services import quarantine
 
 Progress = Callable[[dict[str, object]], None]
+# Called between a fit's iterations and while waiting for the lock: raises to abandon the
+# fit (a worker stopping, `jobs.WorkerStopping`). A fit spends nothing, so it is redone.
+Checkpoint = Callable[[], None]
 
 
 class FitLockLost(RuntimeError):
@@ -129,6 +133,7 @@ def fit_now(
     options: FitOptions,
     progress: Progress,
     force: bool = False,
+    checkpoint: Checkpoint | None = None,
 ) -> int | None:
     """Fit over every usable measurement of the dataset and store the next version (lock held).
 
@@ -162,6 +167,8 @@ def fit_now(
 
     def on_iteration(iteration: int, loss: float) -> None:
         nonlocal last_report
+        if checkpoint is not None:
+            checkpoint()
         now = time.monotonic()
         if now - last_report >= 0.5:
             last_report = now
@@ -223,7 +230,19 @@ def fit_now(
             high_water=high_water,
             measurement_count=len(base) + len(new),
         )
-        return saved.version
+        version: int = saved.version
+    progress(final_progress(record))  # after the version is stored: a stop here loses nothing
+    return version
+
+
+def final_progress(record: FitRecord) -> dict[str, object]:
+    """A fit's last progress: the iterations it ran (not the last sample of them), and its
+    final loss when it is a number."""
+    update: dict[str, object] = {"stage": "fitted", "iteration": record.iterations}
+    loss = record.losses[-1] if record.losses else record.final_loss
+    if math.isfinite(loss):
+        update["loss"] = float(loss)
+    return update
 
 
 def _fit_until(
@@ -239,6 +258,7 @@ def _fit_until(
     progress: Progress,
     poll_seconds: float,
     held_locks: set[str] | None,
+    checkpoint: Checkpoint | None = None,
 ) -> int:
     """`covered()` if it names a version, else a version this worker fits under the lock.
 
@@ -262,6 +282,7 @@ def _fit_until(
                     options=options,
                     progress=progress,
                     force=force,
+                    checkpoint=checkpoint,
                 )
             except FitLockLost:
                 continue  # our lease ran out mid-fit; whoever holds the lock now fits instead
@@ -278,6 +299,8 @@ def _fit_until(
         if not waiting_reported:
             progress({"stage": "waiting_for_fit"})
             waiting_reported = True
+        if checkpoint is not None:
+            checkpoint()
         time.sleep(poll_seconds)
 
 
@@ -293,6 +316,7 @@ def ensure_fitted(
     progress: Progress,
     poll_seconds: float = 0.25,
     held_locks: set[str] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> int:
     """The first model version covering measurements up to `high_water`, fitting if needed.
 
@@ -311,6 +335,7 @@ def ensure_fitted(
         progress=progress,
         poll_seconds=poll_seconds,
         held_locks=held_locks,
+        checkpoint=checkpoint,
     )
 
 
@@ -325,6 +350,7 @@ def refit(
     progress: Progress,
     poll_seconds: float = 0.25,
     held_locks: set[str] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> int:
     """A new version over every usable measurement, covered or not (the estimator changed)."""
     return _fit_until(
@@ -339,6 +365,7 @@ def refit(
         progress=progress,
         poll_seconds=poll_seconds,
         held_locks=held_locks,
+        checkpoint=checkpoint,
     )
 
 

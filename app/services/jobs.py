@@ -5,7 +5,9 @@ A job is created in the same transaction as the ledger charge that pays for it
 oldest claimable job in one statement — `SELECT … FOR UPDATE SKIP LOCKED` on
 PostgreSQL; on SQLite the IMMEDIATE transaction already serialises claimers — and
 hold a lease they renew while they work. A job whose lease expired (its worker died)
-is claimable again; after `MAX_ATTEMPTS` claims it fails for good.
+is claimable again; after `MAX_ATTEMPTS` claims it fails for good. A worker that stops
+(a redeploy) does so at a safe point (`WorkerStopping`) and gives its job back at once
+with its attempt taken back (`release`), so redeploys never use up a job's attempts.
 
 A job that fails (or is abandoned, or is cancelled) is refunded, in the same
 transaction, exactly the ρ no access to the records recorded as used
@@ -197,6 +199,15 @@ class JobCancelled(RuntimeError):
     """The job's cancellation was asked for; it stops at this safe point."""
 
 
+class WorkerStopping(BaseException):
+    """The worker was asked to stop (SIGTERM): raised only at a safe point — before a gate
+    records an access, after a stored round or measurement, between a fit's iterations —
+    so the job goes back to the queue with nothing in flight and no attempt spent.
+
+    A BaseException, like KeyboardInterrupt: no `except Exception` on the way (a fit's
+    failure handling, a mechanism's) may take it for the job's own failure."""
+
+
 def stop_if_cancelled(session: Session, job_id: str) -> None:
     """JobCancelled if cancelling the job was asked for. A safe point: the gate calls it
     before recording an access (`app.services.gate`), never between the gate and storing
@@ -242,7 +253,11 @@ class JobRunner(Protocol):
         """The worker's decoded columns (read only through `app.services.gate`)."""
 
     def check_lease(self) -> None:
-        """LeaseLost if the job's lease was lost since the last renewal."""
+        """LeaseLost if the job's lease was lost since the last renewal; WorkerStopping if
+        the worker is stopping (every caller is at a safe point)."""
+
+    def checkpoint(self) -> None:
+        """WorkerStopping if the worker was asked to stop: called only at safe points."""
 
     def progress(self, job: Job, update: dict[str, Any]) -> None:
         """Record progress visible through GET /v1/jobs/{id} (LeaseLost if not ours)."""
@@ -337,10 +352,28 @@ def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") 
     return refunded
 
 
-def release(session: Session, *, job_id: str, owner: str) -> None:
-    """Give a claimed job back to the queue (e.g. on a transient database error)."""
-    session.execute(
+def release(
+    session: Session,
+    *,
+    job_id: str,
+    owner: str,
+    attempt_spent: bool = True,
+    progress: dict[str, Any] | None = None,
+) -> bool:
+    """Give a claimed job back to the queue; False if `owner` no longer held it.
+
+    `attempt_spent` False (the worker stopped at a safe point: nothing was in flight)
+    takes back the attempt its claim counted, so a redeploy never brings a job nearer to
+    `MAX_ATTEMPTS`; a database hiccup or a forced stop keeps it counted.
+    """
+    values: dict[str, Any] = {"status": "queued", "lease_owner": None, "lease_expires_at": None}
+    if not attempt_spent:
+        values["attempts"] = Job.attempts - 1  # a running job's claim counted one
+    if progress is not None:
+        values["progress"] = progress
+    result = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.lease_owner == owner, Job.status == "running")
-        .values(status="queued", lease_owner=None, lease_expires_at=None)
+        .values(**values)
     )
+    return bool(result.rowcount)  # type: ignore[attr-defined]

@@ -57,7 +57,19 @@ class PrecompiledSelect:
 
     @staticmethod
     def _run(engine: Engine, sql: str, arguments: Any) -> tuple[Any, ...] | None:
-        connection = engine.raw_connection()
+        try:
+            connection = engine.raw_connection()
+        except engine.dialect.loaded_dbapi.Error as error:
+            # The server is down or refusing connections: the driver's error as SQLAlchemy
+            # raises it elsewhere (an OperationalError, a 503), not a bare one (a 500).
+            raise DBAPIError.instance(
+                None,
+                None,
+                error,
+                engine.dialect.loaded_dbapi.Error,
+                hide_parameters=True,
+                dialect=engine.dialect,
+            ) from error
         try:
             driver: Any = connection.driver_connection
             # psycopg outside autocommit wraps the statement in BEGIN … ROLLBACK: two more

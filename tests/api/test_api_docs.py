@@ -131,7 +131,7 @@ def _lists_the_refusals_before_the_route(where: str, operation: dict[str, Any]) 
             assert codes <= _example_codes(responses[status]), (where, status)
     if where.split(" ", 1)[1].startswith("/v1/"):
         assert "503" in responses, where
-        assert "unavailable" in _example_codes(responses["503"]), where
+        assert "database_unavailable" in _example_codes(responses["503"]), where
         assert "Retry-After" in responses["503"].get("headers", {}), where
 
 

@@ -95,15 +95,27 @@ def test_serve_starts_the_embedded_workers_through_the_api_lifespan(
 
     events: list[object] = []
 
-    def start_workers(count: int, _settings: object):
-        events.append(count)
-        return lambda: events.append("stopped")
+    class Workers:
+        def signal(self) -> None:
+            events.append("signalled")
 
-    def run(app, **_kwargs) -> None:
-        with TestClient(app):
+        def __call__(self) -> None:
+            events.append("stopped")
+
+    def start_workers(count: int, _settings: object) -> Workers:
+        events.append(count)
+        return Workers()
+
+    def run(server, *_args) -> None:
+        config = server.config
+        # Graceful shutdown and keep-alive come from the settings.
+        assert config.timeout_graceful_shutdown == 30 and config.timeout_keep_alive == 75
+        with TestClient(config.app):
             assert events == [2]  # started by the lifespan, before any request
+            server.handle_exit(15, None)  # SIGTERM reaches the workers at once
+            assert events == [2, "signalled"]
 
     monkeypatch.setattr("app.worker.start_embedded_workers", start_workers)
-    monkeypatch.setattr("uvicorn.run", run)
+    monkeypatch.setattr("uvicorn.Server.run", run)
     assert main(["serve", "--workers-in-process", "2"]) == 0
-    assert events == [2, "stopped"]
+    assert events == [2, "signalled", "stopped"]

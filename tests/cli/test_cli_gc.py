@@ -21,10 +21,10 @@ import gc, json, sys
 import uvicorn
 from app import cli
 
-def probe(app, **kwargs):
+def probe(server, *args):
     print(json.dumps({"threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}))
 
-uvicorn.run = probe
+uvicorn.Server.run = probe
 sys.exit(cli.main(["serve", "--port", "1", "--workers-in-process", "0"]))
 """
 

@@ -58,8 +58,11 @@ from app.api.types import (
     SafeText,
     check_label,
 )
+from app.api.unmeasured import DOCUMENTED as UNMEASURED_DOC
+from app.api.unmeasured import mark_unmeasured, unmeasured_headers
 from app.services import answers
 from app.services import models as model_service
+from app.services.answers.common import unmeasured_attributes
 from app.services.models import LoadedModel
 
 router = APIRouter(prefix="/v1/datasets/{dataset_id}", tags=["answers (free)"])
@@ -145,6 +148,8 @@ async def _answer(size: answers.WorkSize, compute: Callable[[], Result]) -> Resu
 
 # A value as the schema names it: a label (`"F"`, `"[18, 30)"`) or a number.
 Label = Annotated[StrictStr | StrictInt | StrictFloat, BeforeValidator(check_label)]
+# In a value list, null is the missing value of an attribute with "missing": true.
+LabelOrNull = Label | None
 MomentOrder = Annotated[
     int, MOMENT_ORDER.field("Highest power of the value."), BeforeValidator(MOMENT_ORDER.check)
 ]
@@ -163,14 +168,17 @@ class RangeIn(RequestBody):
 class GroupsIn(RequestBody):
     """Named groups of values: one answer row per group."""
 
-    groups: dict[LabelText, list[Label]] = Field(min_length=1, max_length=MAX_ATTRIBUTES_PER_CLAUSE)
+    groups: dict[LabelText, list[LabelOrNull]] = Field(
+        min_length=1, max_length=MAX_ATTRIBUTES_PER_CLAUSE
+    )
 
 
 class FactoredQueryIn(RequestBody):
     """One factored query (Private-PGM appendix B); unmentioned attributes are summed out."""
 
     where: dict[
-        AttributeName, Annotated[list[Label], Field(max_length=MAX_VALUES_PER_LIST)] | RangeIn
+        AttributeName,
+        Annotated[list[LabelOrNull], Field(max_length=MAX_VALUES_PER_LIST)] | RangeIn,
     ] = Field(
         default_factory=dict,
         max_length=MAX_ATTRIBUTES_PER_CLAUSE,
@@ -296,7 +304,7 @@ async def read_model(database: DatabaseDep, access: DatasetAccessDep) -> SafeJSO
 @router.get(
     "/marginals",
     response_model=None,
-    responses={200: {"model": MarginalOut}, **NOT_FOUND, **INVALID},
+    responses={200: {"model": MarginalOut, "headers": UNMEASURED_DOC}, **NOT_FOUND, **INVALID},
 )
 async def read_marginals(
     database: DatabaseDep,
@@ -313,11 +321,17 @@ async def read_marginals(
     max_cells = settings.max_marginal_cells
     size = answers.marginal_size(loaded, names, max_cells=max_cells)
     body = await _answer(size, lambda: answers.marginal_json(loaded, names, max_cells=max_cells))
-    return Response(body, media_type="application/json")
+    return Response(
+        body,
+        media_type="application/json",
+        headers=unmeasured_headers(unmeasured_attributes(loaded, names)),
+    )
 
 
 @router.get(
-    "/count", response_model=None, responses={200: {"model": CountOut}, **NOT_FOUND, **INVALID}
+    "/count",
+    response_model=None,
+    responses={200: {"model": CountOut, "headers": UNMEASURED_DOC}, **NOT_FOUND, **INVALID},
 )
 async def read_count(
     database: DatabaseDep,
@@ -335,13 +349,14 @@ async def read_count(
     loaded = await _model_for(database, access)
     count = answers.count_query(loaded, where)
     size = answers.count_size(loaded, count)
-    return await _answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
+    response = await _answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
+    return mark_unmeasured(response, unmeasured_attributes(loaded, count.attributes))
 
 
 @router.post(
     "/queries",
     response_model=None,
-    responses={200: {"model": AnswersOut}, **NOT_FOUND, **INVALID},
+    responses={200: {"model": AnswersOut, "headers": UNMEASURED_DOC}, **NOT_FOUND, **INVALID},
 )
 async def answer_queries(
     dataset_id: ResourceId,
@@ -356,19 +371,31 @@ async def answer_queries(
     specs = [query.to_spec() for query in body.queries]
     max_cells = settings.max_marginal_cells
     if len(specs) > INLINE_MAX_QUERIES:
-        return await run_answer(
+        response = await run_answer(
             lambda: SafeJSONResponse(answers.queries_answer(loaded, specs, max_cells=max_cells))
         )
-    batch = answers.prepare_queries(loaded, specs, max_cells=max_cells)
-    return await _answer(
-        batch.size, lambda: SafeJSONResponse(answers.answer_prepared(loaded, batch))
-    )
+    else:
+        batch = answers.prepare_queries(loaded, specs, max_cells=max_cells)
+        response = await _answer(
+            batch.size, lambda: SafeJSONResponse(answers.answer_prepared(loaded, batch))
+        )
+    mentioned = [
+        name
+        for q in body.queries
+        for clause in (q.where, q.by, q.weights, q.moments)
+        for name in clause
+    ]
+    return mark_unmeasured(response, unmeasured_attributes(loaded, mentioned))
 
 
 @router.get(
     "/synthetic",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/csv": {}}}, **NOT_FOUND, **INVALID},
+    responses={
+        200: {"content": {"text/csv": {}}, "headers": UNMEASURED_DOC},
+        **NOT_FOUND,
+        **INVALID,
+    },
 )
 def read_synthetic(
     dataset_id: ResourceId,
@@ -406,5 +433,6 @@ def read_synthetic(
             "X-Model-Version": str(loaded.version),
             "X-Rows": str(count),
             "X-Synthetic-Method": method,
+            **unmeasured_headers(unmeasured_attributes(loaded, loaded.schema.names)),
         },
     )

@@ -12,6 +12,8 @@ the routers can send them without re-validating large response models.
 - `queries_answer` — a batch of factored queries (Private-PGM appendix B): `where`
   value sets or ranges, `by` value / cdf / groups, `weights`, `moments`.
 - `synthetic_csv` — records sampled from the model, as CSV in the schema's labels.
+- `sql_answer` — a SQL SELECT compiled by `app.sql` to factored queries (`read_sql`,
+  `prepare_sql`, `answer_sql`; `sql_csv` for `Accept: text/csv`).
 
 Each of marginals, counts and queries can also be checked and sized first
 (`marginal_size`, `count_query` + `count_size`, `prepare_queries`: a `WorkSize`) and
@@ -69,6 +71,16 @@ from app.services.answers.queries import (
     prepare_queries,
     queries_answer,
 )
+from app.services.answers.sql import (
+    PreparedSql,
+    answer_sql,
+    prepare_sql,
+    read_sql,
+    resolve_dataset,
+    sql_answer,
+    sql_csv,
+    table_names,
+)
 from app.services.answers.synthetic import synthetic_csv, synthetic_rows
 from app.services.answers.values import parse_where
 from app.services.answers.versions import (
@@ -90,6 +102,7 @@ __all__ = [
     "Grouping",
     "PreparedBatch",
     "PreparedQuery",
+    "PreparedSql",
     "QuerySpec",
     "QueryTooLarge",
     "StandardError",
@@ -97,6 +110,7 @@ __all__ = [
     "ValueRange",
     "WorkSize",
     "answer_prepared",
+    "answer_sql",
     "build_query",
     "count_answer",
     "count_query",
@@ -111,11 +125,17 @@ __all__ = [
     "parse_attribute_list",
     "parse_where",
     "prepare_queries",
+    "prepare_sql",
     "queries_answer",
+    "read_sql",
     "ready_model",
+    "resolve_dataset",
+    "sql_answer",
+    "sql_csv",
     "standard_error",
     "synthetic_csv",
     "synthetic_rows",
+    "table_names",
     "untouched_note",
     "visible_model",
     "visible_ready_model",

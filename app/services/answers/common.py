@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +55,15 @@ def attribute_of(schema: DatasetSchema, name: str, parameter: str) -> Attribute:
         raise invalid(parameter, f"{error}; known attributes: {', '.join(schema.names)}") from None
 
 
-def cell_labels(label_lists: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+def cell_labels(label_lists: Sequence[Sequence[str | None]]) -> list[tuple[str | None, ...]]:
     """One tuple of labels per cell of the table over these axes, row-major."""
     return list(itertools.product(*label_lists))
+
+
+def unmeasured_attributes(loaded: LoadedModel, attrs: Iterable[str]) -> list[str]:
+    """Which of `attrs` (each once, in order) no measurement touched: the model spreads
+    them uniformly (its maximum-entropy estimate). `untouched_note`'s list."""
+    return untouched_note(loaded, list(dict.fromkeys(attrs)))[0]
 
 
 def untouched_note(loaded: LoadedModel, attrs: Sequence[str]) -> tuple[list[str], str | None]:
@@ -107,7 +113,7 @@ def numbers_json(values: np.ndarray) -> bytes:
     return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def labels_json(label_lists: Sequence[Sequence[str]]) -> bytes:
+def labels_json(label_lists: Sequence[Sequence[str | None]]) -> bytes:
     """`cell_labels` as JSON: the bytes `orjson.dumps(cell_labels(label_lists))` writes.
 
     Each label is encoded once, and the cells sharing a first-axis label are one

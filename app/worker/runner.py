@@ -1,4 +1,4 @@
-"""The worker: claim a job, run it (measure → fit), finish it; and the embedded worker process.
+"""The worker: claim a job, run it (measure → fit), finish it, or give it back when stopping.
 
 `Worker.run_once` claims the oldest claimable job under a lease, runs it and marks
 it succeeded or failed. A heartbeat thread renews the lease (and the dataset's fit
@@ -23,22 +23,19 @@ its traceback, and fails the job with a message that names only its kind and sta
 Either way the job is refunded the ρ it had not used on data (`refunds`). A database
 hiccup gives the job back to the queue for another attempt.
 
-`start_embedded_workers` runs workers in child processes of `privq serve`, so a fit
-shares neither the GIL nor the event loop with the API.
+Stopping (`request_stop`, which `privq worker` calls on SIGTERM): the job in hand stops
+at its next safe point — a gate about to record an access, a round or measurement just
+stored, a fit's next iteration (a fit spends nothing and is redone) — raising
+`jobs.WorkerStopping`, and goes straight back to the queue with its attempt taken back
+(`jobs.release`): nothing was in flight, so nothing is lost or drawn twice.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing
 import os
-import shutil
-import signal
 import socket
-import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Self
@@ -59,8 +56,8 @@ from app.services.jobs import LeaseLost
 
 logger = logging.getLogger("privq.worker")
 
-# prometheus-client reads this when first imported: set, it keeps metrics in files there.
-MULTIPROCESS_DIRECTORY_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+# A job's stage once a stopping worker gave it back (queued again, no attempt spent).
+REQUEUED_STAGE = "requeued"
 
 
 def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
@@ -153,11 +150,24 @@ class Worker:
         self.held_fit_locks: set[str] = set()
         self._heartbeat: Heartbeat | None = None
         self._last_progress: dict[str, Any] = {}
+        # Set to stop at the next safe point (`request_stop`); run_forever ends then.
+        self.stopping = threading.Event()
+
+    def request_stop(self) -> None:
+        """Stop at the job's next safe point and give it back, then run no other job."""
+        self.stopping.set()
+
+    def checkpoint(self) -> None:
+        """WorkerStopping if a stop was asked for: called only at safe points."""
+        if self.stopping.is_set():
+            raise jobs.WorkerStopping()
 
     # -- the loop ----------------------------------------------------------------------
 
     def run_once(self) -> bool:
-        """Claim and run one job; False if there was none to claim."""
+        """Claim and run one job; False if there was none to claim (or the worker is stopping)."""
+        if self.stopping.is_set():
+            return False
         with self.database.unit_of_work() as session:
             job = jobs.claim(
                 session,
@@ -171,7 +181,8 @@ class Worker:
         logger.info(
             "job claimed", extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
         )
-        if job.attempts == 1 and job.started_at is not None:
+        given_back = (job.progress or {}).get("stage") == REQUEUED_STAGE
+        if job.attempts == 1 and job.started_at is not None and not given_back:
             metrics.observe_job_claimed(job.kind, (job.started_at - job.created_at).total_seconds())
         self._last_progress = dict(job.progress or {})
         try:
@@ -183,13 +194,18 @@ class Worker:
             logger.warning("lease lost; leaving the job to its new owner", extra={"job_id": job.id})
         except jobs.JobCancelled:
             self._cancelled(job)
+        except jobs.WorkerStopping:
+            # At a safe point: nothing in flight, so the attempt is not counted.
+            logger.info("worker stopping; job given back", extra={"job_id": job.id})
+            self._give_back(job, attempt_spent=False)
         except OperationalError:
             logger.exception("database error; giving the job back", extra={"job_id": job.id})
             self._give_back(job)
         except Exception as error:
             self._fail_on(job, error)
         except BaseException:
-            # Stopping (SIGTERM, Ctrl-C): hand the job back at once rather than after the lease.
+            # A forced stop (a second signal, the grace ran out): not at a safe point, so
+            # the attempt stays counted; the job is handed back at once, not after its lease.
             self._give_back(job)
             raise
         finally:
@@ -206,7 +222,10 @@ class Worker:
     def run_forever(
         self, stop: threading.Event | None = None, alive: Callable[[], bool] | None = None
     ) -> None:
-        stop = stop or threading.Event()
+        """Run jobs until `stop` (by default `self.stopping`) is set."""
+        if stop is not None:
+            self.stopping = stop
+        stop = self.stopping
         logger.info("worker started", extra={"worker_id": self.worker_id})
         while not stop.is_set():
             if alive is not None and not alive():
@@ -231,11 +250,18 @@ class Worker:
     # -- steps shared by every kind of job ----------------------------------------------
 
     def check_lease(self) -> None:
+        """LeaseLost if the lease was lost; WorkerStopping if stopping (every caller — a gate
+        before it records an access, a fit before it starts — is at a safe point)."""
         if self._heartbeat is not None and self._heartbeat.lost.is_set():
             raise LeaseLost()
+        self.checkpoint()
 
     def progress(self, job: Job, update: dict[str, Any]) -> None:
-        """Record progress (visible through GET /v1/jobs/{id}); raises LeaseLost if not ours."""
+        """Record progress (visible through GET /v1/jobs/{id}); raises LeaseLost if not ours.
+
+        Every report is made at a safe point (before a gate, after a round or a
+        measurement is stored, between fit iterations), so a stop asked for is honoured
+        here once the progress is recorded."""
         self._last_progress = {**self._last_progress, **update}
         with self.database.unit_of_work() as session:
             held = jobs.renew(
@@ -247,6 +273,7 @@ class Worker:
             )
         if not held:
             raise LeaseLost()
+        self.checkpoint()
 
     def domain_of(self, dataset_id: str) -> Domain:
         with self.database.read_only() as session:
@@ -275,6 +302,7 @@ class Worker:
             options=self.fit_options(),
             progress=lambda update: self.progress(job, update),
             held_locks=self.held_fit_locks,
+            checkpoint=self.checkpoint,
         )
 
     def refit(self, job: Job, domain: Domain) -> int:
@@ -289,6 +317,7 @@ class Worker:
             options=self.fit_options(),
             progress=lambda update: self.progress(job, update),
             held_locks=self.held_fit_locks,
+            checkpoint=self.checkpoint,
         )
 
     # -- job kinds ------------------------------------------------------------------------
@@ -376,113 +405,18 @@ class Worker:
                 job.kind, status, (utcnow() - job.started_at).total_seconds()
             )
 
-    def _give_back(self, job: Job) -> None:
+    def _give_back(self, job: Job, *, attempt_spent: bool = True) -> None:
+        progress = None if attempt_spent else {**self._last_progress, "stage": REQUEUED_STAGE}
         try:
             with self.database.unit_of_work() as session:
-                jobs.release(session, job_id=job.id, owner=self.worker_id)
+                jobs.release(
+                    session,
+                    job_id=job.id,
+                    owner=self.worker_id,
+                    attempt_spent=attempt_spent,
+                    progress=progress,
+                )
         except Exception:
             logger.exception(
                 "could not give the job back; its lease will expire", extra={"job_id": job.id}
             )
-
-
-# -- processes ---------------------------------------------------------------------------
-
-
-def run_worker(
-    settings: Settings,
-    *,
-    once: bool = False,
-    alive: Callable[[], bool] | None = None,
-    metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
-) -> None:
-    """`privq worker`: run jobs until SIGTERM / Ctrl-C (or, with `once`, until idle).
-
-    SIGTERM raises in the main thread, so the job in hand is given back to the queue
-    at once (not after its lease) before the process exits. With `metrics_port`, the
-    worker serves its own `/metrics` there (`app.metrics_server`).
-    """
-    database = Database.from_settings(settings)
-    worker = Worker(database, settings)
-    stop_metrics: Callable[[], None] | None = None
-    if metrics_port is not None:
-        from app.metrics_server import start_metrics_server
-
-        _server, stop_metrics = start_metrics_server(
-            settings, database, port=metrics_port, host=metrics_host
-        )
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop.set()
-        raise SystemExit(0)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    try:
-        if once:
-            worker.run_until_idle()
-        else:
-            worker.run_forever(stop, alive=alive)
-    except (SystemExit, KeyboardInterrupt):
-        pass
-    finally:
-        if stop_metrics is not None:
-            stop_metrics()
-        database.dispose()
-
-
-def _embedded_main(settings: Settings, parent_pid: int) -> None:
-    from app.logs import configure_logging
-
-    configure_logging(settings.log_level)
-    with contextlib.suppress(OSError):
-        os.nice(5)  # the API answers first; fits use what is left
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    run_worker(settings, alive=lambda: os.getppid() == parent_pid)
-
-
-def start_embedded_workers(count: int, settings: Settings) -> Callable[[], None]:
-    """Start `count` worker processes beside the API; returns the function that stops them.
-
-    The children write their metrics to a private directory (prometheus-client's
-    multiprocess mode, switched on through the environment they start with) that the
-    API's `/metrics` merges into its own.
-    """
-    context = multiprocessing.get_context("spawn")
-    metrics_directory = tempfile.mkdtemp(prefix="privq-worker-metrics-")
-    processes = [
-        context.Process(
-            target=_embedded_main,
-            args=(settings, os.getpid()),
-            name=f"privq-worker-{i}",
-            daemon=True,
-        )
-        for i in range(count)
-    ]
-    previous = os.environ.get(MULTIPROCESS_DIRECTORY_VARIABLE)
-    os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = metrics_directory
-    try:
-        for process in processes:
-            process.start()  # a spawned child copies the environment as it is now
-    finally:
-        if previous is None:
-            os.environ.pop(MULTIPROCESS_DIRECTORY_VARIABLE, None)
-        else:
-            os.environ[MULTIPROCESS_DIRECTORY_VARIABLE] = previous
-    metrics.add_child_directory(metrics_directory)
-    logger.info("embedded workers started", extra={"count": count})
-
-    def stop() -> None:
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        deadline = time.monotonic() + 10
-        for process in processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-        metrics.remove_child_directory(metrics_directory)
-        shutil.rmtree(metrics_directory, ignore_errors=True)
-
-    return stop
