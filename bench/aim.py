@@ -176,6 +176,9 @@ def main() -> None:
     parser.add_argument("--fit-solver", default=None, help="solver of the fits between rounds")
     parser.add_argument("--round-tolerance", type=float, default=None)
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument(
+        "--paper", action="store_true", help="AIM with the paper's schedule (no init_share, filter)"
+    )
     parser.add_argument("--dataset", default="adult", choices=["adult", *GENERATED])
     parser.add_argument("--rows", type=int, default=None, help="rows of a generated dataset")
     args = parser.parse_args()
@@ -189,6 +192,8 @@ def main() -> None:
         tuning["round_fit_tolerance"] = args.round_tolerance
     if args.fit_solver is not None:
         tuning["fit_solver"] = args.fit_solver
+    if args.paper:
+        tuning |= {"init_share": None, "noise_filter": None}
     shared = {
         "tuning": tuning,
         "verbose": args.verbose,
@@ -216,6 +221,7 @@ def main() -> None:
         "delta": args.delta,
         "rho": rho,
         "workload": "all 2-way marginals",
+        "aim_schedule": "paper" if args.paper else "privq",
         "seeds": args.seeds,
         "noise": "OpenDP (unseedable): fresh noise every run; seeds permute the workload order",
         "tv": "mean over the workload of |true - model| / 2N, median over seeds",

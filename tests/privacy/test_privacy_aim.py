@@ -42,8 +42,10 @@ def test_candidate_weights_follow_the_paper() -> None:
 def test_schedule_initialisation_and_annealing() -> None:
     rho = 0.3
     truth = synthetic(1)
-    result = run_aim(DOMAIN, truth, rho, ALL_PAIRS[:6], options=MechanismOptions(**FAST))
-    rounds_t, sigma0, epsilon0 = aim_schedule(DOMAIN, rho, MechanismOptions())
+    # the paper's schedule (privq's default split is pinned in test_privacy_aim_schedule)
+    paper = MechanismOptions(init_share=None, noise_filter=None, **FAST)  # type: ignore[arg-type]
+    result = run_aim(DOMAIN, truth, rho, ALL_PAIRS[:6], options=paper)
+    rounds_t, sigma0, epsilon0 = aim_schedule(DOMAIN, rho, paper)
     assert rounds_t == 16 * 5
     assert sigma0 == pytest.approx(math.sqrt(rounds_t / (2 * 0.9 * rho)), rel=1e-12)
     assert epsilon0 == pytest.approx(math.sqrt(8 * 0.1 * rho / rounds_t), rel=1e-12)

@@ -18,15 +18,35 @@ Algorithms 1–4 of the paper, on our OpenDP noise and app.pgm estimation:
 - Annealing: if ‖M_r(p̂_t) − M_r(p̂_{t−1})‖₁ ≤ √(2/π)·σ·n_r the model no longer learns
   at this noise level: σ ← σ/2, ε ← 2ε.
 
+privq's schedule (the defaults; `init_share=None, noise_filter=None` is the paper's):
+
+- The one-way round spends β·ρ (`options.init_share`), split over the one-way
+  marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
+- N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
+  post-processing), decides the rest for free. If the one-way round's noise is a large
+  share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
+  offers candidates whose expected noise √(2/π)·σ·n_r, plus what the exponential
+  mechanism may miss by, is at most `options.noise_filter`·N̂; while no candidate of
+  two or more attributes passes, σ is halved before the round's access (nothing read).
+  The last selection round costs an ordinary round (the paper's final round only
+  within half a round of the end) and what is left re-measures every one-way marginal
+  (n^(2/3) split, no selection; "measure" rounds, the last one final); so does all of
+  it if free annealing reaches the end of the budget.
+
+With privacy units of at most k rows (`options.sensitivity`), every marginal has
+sensitivity k: each σ above is k times as large for the same ρ, ε is unchanged, and
+the exponential mechanism's sensitivity is k·max w_r.
+
 The run is resumable (see `engine`): stored rounds are replayed (no noise drawn), the
 ρ of rounds that ran but were lost before they were stored is taken as spent, the
-one-way initialisation is finished if it was interrupted, and the annealing decision
-after the last stored round is recomputed from the refitted model.
+one-way initialisation (its top-up, the one-way rest) is finished if it was interrupted, and the
+annealing decision after the last stored round is recomputed from the refitted model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Unpack
 
 import numpy as np
@@ -47,11 +67,137 @@ from app.privacy.mechanisms.workload import candidate_weights, normalise_workloa
 NAME = "aim"
 
 
-def aim_schedule(domain: Domain, rho: float, options: MechanismOptions) -> tuple[int, float, float]:
-    """(T, σ₀, ε₀) of a run: T = 16·d unless `options.rounds` says otherwise."""
+def _paper_schedule(
+    domain: Domain, rho: float, options: MechanismOptions
+) -> tuple[int, float, float]:
+    """(T, σ₀, ε₀) of the paper: T = 16·d unless `options.rounds` says otherwise, ρ/T a round."""
     rounds = options.rounds or 16 * len(domain)
-    sigma0, epsilon0 = split_round(rho / rounds, options.measure_share)
+    sigma0, epsilon0 = split_round(rho / rounds, options.measure_share, options.sensitivity)
     return rounds, sigma0, epsilon0
+
+
+def aim_schedule(domain: Domain, rho: float, options: MechanismOptions) -> tuple[int, float, float]:
+    """(T, σ, ε) of a run: T its rounds at most (16·d unless `options.rounds`), ε its first
+    selection's, σ the largest noise it measures a marginal at: the one-way round's (of
+    every attribute) and the first selection round's (annealing only lowers σ; the one-way
+    rest re-measures marginals the one-way round measured already)."""
+    oneway = [(a,) for a in domain.attributes]
+    sigmas, sigma, epsilon = initial_schedule(domain, rho, oneway, options)
+    rounds = _paper_schedule(domain, rho, options)[0]
+    return rounds, max(sigma, *sigmas.values()), epsilon
+
+
+def _measure_sigma(rho_part: float, sensitivity: int) -> float:
+    """The smallest σ (in floats) whose Gaussian measurement costs at most `rho_part`."""
+    sigma = sensitivity * math.sqrt(1.0 / (2.0 * rho_part))
+    while round_cost(sigma, 0.0, sensitivity) > rho_part:  # float rounding
+        sigma = math.nextafter(sigma, math.inf)
+    return sigma
+
+
+def _oneway_parts(domain: Domain, oneway: Sequence[Attrs]) -> list[float]:
+    """Shares of a one-way round: ∝ n_i^(2/3), which minimises Σ n_i·σ_i for its ρ."""
+    parts = [domain.cells(r) ** (2.0 / 3.0) for r in oneway]
+    total = math.fsum(parts)
+    return [part / total for part in parts]
+
+
+def initial_schedule(
+    domain: Domain, rho: float, oneway: Sequence[Attrs], options: MechanismOptions
+) -> tuple[dict[Attrs, float], float, float]:
+    """({one-way marginal: its σ}, σ and ε of the first selection round).
+
+    With `options.init_share` β the one-way round spends β·ρ, split over the one-way
+    marginals in proportion to n_i^(2/3) (n_i: the attribute's values; the split that
+    minimises the expected L1 error Σ n_i·σ_i of the round, since an attribute's error
+    grows with its cells), and the first selection round gets (1 − β)·ρ / T. With None
+    both follow the paper: σ₀ for every one-way marginal, ρ/T a round, α of it measuring.
+    """
+    rounds, sigma0, epsilon0 = _paper_schedule(domain, rho, options)
+    if options.init_share is None:
+        return {r: sigma0 for r in oneway}, sigma0, epsilon0
+    share = options.init_share
+    sigmas = {
+        r: _measure_sigma(share * rho * part, options.sensitivity)
+        for r, part in zip(oneway, _oneway_parts(domain, oneway), strict=True)
+    }
+    sigma, epsilon = split_round(
+        (1.0 - share) * rho / rounds, options.measure_share, options.sensitivity
+    )
+    return sigmas, sigma, epsilon
+
+
+# The one-way top-up: when the one-way round's expected noise, averaged over its marginals
+# as a share of N̂ (s = mean √(2/π)·σ_i·n_i / 2N̂), is above TOPUP_TV, a second one-way
+# round (n^(2/3) split) before any selection spends what would bring s down to TOPUP_TV,
+# β·((s/TOPUP_TV)² − 1)·ρ, but never so much that the two rounds exceed TOPUP_MAX·ρ. On
+# Adult (ε = 1) s is 0.025 and nothing changes; on 2,000 rows × 15 attributes it is 0.15.
+TOPUP_TV = 0.05
+TOPUP_MAX = 0.7
+
+
+def topup_sigmas(
+    domain: Domain,
+    rho: float,
+    init: Sequence[Round],
+    options: MechanismOptions,
+) -> dict[Attrs, float]:
+    """{one-way marginal: σ} of the top-up round, or {} when none is due (decided from
+    the one-way round's released totals and public sizes: post-processing)."""
+    if options.init_share is None or options.noise_filter is None or not init:
+        return {}
+    rows = estimated_rows(init)
+    noise = [SQRT_2_OVER_PI * r.sigma * r.values.size / (2.0 * rows) for r in init]
+    share = math.fsum(noise) / len(noise)
+    extra = min(
+        options.init_share * ((share / TOPUP_TV) ** 2 - 1.0), TOPUP_MAX - options.init_share
+    )
+    if share <= TOPUP_TV or extra <= 0.0:
+        return {}
+    oneway = [r.attributes for r in init]
+    return {
+        r: _measure_sigma(extra * rho * part, options.sensitivity)
+        for r, part in zip(oneway, _oneway_parts(domain, oneway), strict=True)
+    }
+
+
+def estimated_rows(rounds: Sequence[Round]) -> float:
+    """N̂: the inverse-variance mean of the one-way round's noisy totals (post-processing)."""
+    weights = [1.0 / (r.values.size * r.sigma**2) for r in rounds if r.kind == "measure"]
+    totals = [float(r.values.sum()) for r in rounds if r.kind == "measure"]
+    if not weights:
+        return 1.0
+    return max(float(np.dot(weights, totals) / np.sum(weights)), 1.0)
+
+
+def noise_filter(
+    domain: Domain,
+    candidates: Sequence[Attrs],
+    sigma: float,
+    rows: float,
+    factor: float | None,
+    selection: tuple[Mapping[Attrs, float], float] | None = None,
+) -> list[Attrs]:
+    """Candidates whose expected error, were they measured at σ, is at most `factor`·N̂.
+
+    The error is the measurement's expected noise √(2/π)·σ·n_r plus, given `selection`
+    = (weights w, ε), what the exponential mechanism may miss by in choosing it: its
+    quality is within 2Δ·ln|C|/ε of the best (Δ = max w over the candidates C), which
+    is 2Δ·ln|C|/(ε·w_r) in r's L1 error. A measurement whose noise is comparable to the
+    rows cannot improve the model (its quality w_r(‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ·n_r)
+    is below zero once the noise exceeds 2N), yet at a small ε the exponential mechanism
+    picks it almost as often as a useful one. N̂ comes from released measurements and
+    the rest from public sizes and the round's ε, so this costs nothing.
+    """
+    if factor is None or not candidates:
+        return list(candidates)
+    limit = factor * rows
+    slack = dict.fromkeys(candidates, 0.0)
+    if selection is not None:
+        weights, epsilon = selection
+        reach = 2.0 * max(weights[r] for r in candidates) * math.log(len(candidates)) / epsilon
+        slack = {r: reach / weights[r] for r in candidates}
+    return [r for r in candidates if SQRT_2_OVER_PI * sigma * domain.cells(r) + slack[r] <= limit]
 
 
 def _anneal(run: MechanismRun, last: Round) -> bool:
@@ -83,53 +229,131 @@ def run_aim(
     options = arguments["options"] = arguments.get("options") or MechanismOptions()
     normalised = normalise_workload(domain, workload)
     weights = candidate_weights(domain, normalised)
-    _, sigma0, epsilon0 = aim_schedule(domain, rho, options)
-    alpha = options.measure_share
     oneway: list[Attrs] = [r for r in weights if len(r) == 1]
     rounds_t = aim_schedule(domain, rho, options)[0]
+    alpha = options.measure_share
     if rounds_t <= len(oneway):
         # the one-way initialisation alone would cost α·d'/T·ρ ≥ αρ, leaving no rounds
         raise ValueError(
             f"AIM needs more rounds (T = {rounds_t}) than one-way marginals ({len(oneway)})"
         )
+    init_sigmas, sigma0, epsilon0 = initial_schedule(domain, rho, oneway, options)
     run = MechanismRun(NAME, domain, true_marginal, rho, normalised, **arguments)
 
+    rest_start: list[int] = []  # index of the first round of the one-way rest, if any
+    d1 = len(oneway)
+
+    def topup() -> dict[Attrs, float]:
+        return topup_sigmas(domain, rho, run.rounds[:d1], options)
+
     def check(index: int, r: Round) -> None:
-        if index < len(oneway):
-            if r.kind != "measure" or r.attributes != oneway[index] or r.sigma != sigma0:
+        if index < d1:
+            if (
+                r.kind != "measure"
+                or r.attributes != oneway[index]
+                or r.sigma != init_sigmas[r.attributes]
+            ):
                 raise RoundsMismatch(f"stored round {index} is not AIM's one-way measurement")
-        elif r.kind != "select+measure" or r.attributes not in weights or r.selection is None:
+        elif index < d1 + len(planned := topup()):
+            attrs = oneway[index - d1]
+            if r.kind != "measure" or r.attributes != attrs or r.sigma != planned[attrs]:
+                raise RoundsMismatch(f"stored round {index} is not AIM's one-way top-up")
+        elif r.kind == "measure" or rest_start:
+            rest_start[:] = rest_start or [index]
+            position = index - rest_start[0]
+            if r.kind != "measure" or position >= len(oneway) or r.attributes != oneway[position]:
+                raise RoundsMismatch(f"stored round {index} is not AIM's one-way rest")
+        elif r.attributes not in weights or r.selection is None:
             raise RoundsMismatch(f"stored round {index} is not an AIM selection round")
         if any(prior.final for prior in run.rounds):
             raise RoundsMismatch("stored rounds continue after the final round")
 
+    def measure_rest(start: int) -> None:
+        """Spend what is left re-measuring the one-way marginals (n^(2/3) split), from
+        where the rest begun at round `start` stands; the last of them is final."""
+        todo = oneway[len(run.rounds) - start :]
+        parts = _oneway_parts(domain, todo) if todo else []
+        for k, attrs in enumerate(todo):
+            remaining = run.ledger.remaining
+            if remaining <= rho * 1e-9:
+                break
+            last = k == len(todo) - 1
+            part = 1.0 if last else parts[k] / math.fsum(parts[k:])
+            sigma_k = _measure_sigma(remaining * part, options.sensitivity)
+            with run.access("measure", sigma_k, 0.0):
+                run.measure("measure", attrs, sigma_k, 0.0, final=last)
+
     run.replay(check)
     for attrs in oneway[len(run.rounds) :]:
-        with run.access("measure", sigma0, 0.0):
-            run.measure("measure", attrs, sigma0, 0.0)
+        with run.access("measure", init_sigmas[attrs], 0.0):
+            run.measure("measure", attrs, init_sigmas[attrs], 0.0)
+    planned = topup()
+    if len(run.rounds) < d1 + len(planned):
+        for attrs in oneway[len(run.rounds) - d1 :]:
+            with run.access("measure", planned[attrs], 0.0):
+                run.measure("measure", attrs, planned[attrs], 0.0)
     if not run.rounds[-1].final:
         run.refit()
 
     sigma, epsilon, annealed, done = sigma0, epsilon0, False, False
+    rows = estimated_rows(run.rounds[:d1])
     last = run.rounds[-1]
-    if last.kind == "select+measure":
+    if rest_start:
+        if not last.final:
+            measure_rest(rest_start[0])  # resume the one-way rest
+        done = True
+    elif last.kind == "select+measure":
         sigma, epsilon, done = last.sigma, last.epsilon, last.final
         if not done and _anneal(run, last):
             sigma, epsilon, annealed = sigma / 2.0, epsilon * 2.0, True
+    skipped = False  # the last σ change was a free annealing (nothing was measurable)
     while not done:
         remaining = run.ledger.remaining
         # Nothing (but float dust) left: a resumed run whose final round was lost after its
         # gate has spent it already; a round of the dust would measure nothing but noise.
         if remaining <= rho * 1e-9:
             break
-        final = remaining < 2.0 * round_cost(sigma, epsilon)
+        final = remaining < 2.0 * round_cost(sigma, epsilon, options.sensitivity)
+        closing = False  # with the noise filter: the last selection round, then the one-way rest
+        if final and options.noise_filter is not None:
+            # The paper's final round gives one marginal the whole rest. Here the last
+            # round costs what a round costs at this σ and what is left re-measures the
+            # one-way marginals, which every workload marginal uses; so does all of it if
+            # free annealing got here (nothing multi-way was measurable at an affordable σ).
+            price = round_cost(sigma, epsilon, options.sensitivity)
+            if skipped or remaining < price:
+                measure_rest(len(run.rounds))
+                break
+            # (within half a round of the end, the paper's final round: no rest of dust)
+            final, closing = remaining < 1.5 * price, remaining >= 1.5 * price
         if final:
-            sigma, epsilon = split_round(remaining, alpha)
-        cost = round_cost(sigma, epsilon)
+            sigma, epsilon = split_round(remaining, alpha, options.sensitivity)
+        cost = round_cost(sigma, epsilon, options.sensitivity)
         limit = options.max_model_cells * (run.ledger.used + cost) / rho
         candidates = size_filter(domain, run.measured, weights, limit, options.max_model_cells)
         if not candidates:  # refused before the round's access, so it costs nothing
             raise ValueError("no candidate marginal fits within the model size limit")
+        if options.noise_filter is not None:
+            affordable = noise_filter(
+                # the selection's sensitivity is k·max w_r: as if ε were ε/k
+                domain,
+                candidates,
+                sigma,
+                rows,
+                options.noise_filter,
+                (weights, epsilon / options.sensitivity),
+            )
+            if not any(len(r) > 1 for r in affordable):
+                # No marginal of two or more attributes is measurable at this noise (decided
+                # from N̂ and public sizes: free): anneal before any access, or, in the
+                # final round, spend the rest on the one-way marginals.
+                if closing:
+                    measure_rest(len(run.rounds))
+                    break
+                sigma, epsilon, annealed, skipped = sigma / 2.0, epsilon * 2.0, True, True
+                continue
+            candidates = affordable
+        skipped = False
         with run.access("select+measure", sigma, epsilon):
             chosen, before, info = run.select(candidates, weights, sigma, epsilon, SQRT_2_OVER_PI)
             record = run.measure(
@@ -144,6 +368,9 @@ def run_aim(
             )
         if final:
             break  # `finish` fits the final model
+        if closing:
+            measure_rest(len(run.rounds))
+            break
         run.refit()
         annealed = _anneal(run, record)
         if annealed:

@@ -1,0 +1,196 @@
+"""Benchmark: privq's AIM against the peers' AIMs and the one-way baseline, side by side.
+
+Systems, all at the same ρ on the same table, domain and workload:
+
+- `privq`: app.privacy.mechanisms.run_aim in-process, default options;
+- `privq-paper`: the same with the paper's schedule (`init_share=None`,
+  `noise_filter=None`): privq's AIM as it was before those options;
+- `oneway`: every one-way marginal with an equal share of ρ, one fit (the baseline);
+- `snsynth`: SmartNoise Synth's AIM (`snsynth.aim.AIMSynthesizer.AIM`, called on the
+  integer-coded table with its ρ set to ours: its own ε→ρ conversion differs);
+- `opendp`: OpenDP's AIM (`opendp.extras.mbi.AIM` through `make_contingency_table`
+  with every column keyed, pure ρ-zCDP; it spends half of ρ on one-way marginals).
+
+Error: the mean over the workload of the total variation ‖M_r(D) − M_r(model)‖₁ / 2N of
+each system's fitted model (not a synthetic sample), per run; the table prints the
+median, minimum and maximum over `--seeds` runs and the median wall time. Every run is
+a fresh process (spawned one at a time). The peers draw their noise from OpenDP's
+unseedable RNG as privq does: a seed only permutes the workload order.
+
+ρ: `rho_from_epsilon(ε, δ)` (app.privacy.accounting), ε = 1 and δ = 1e-6 by default.
+Workload: every marginal of `--degrees` attributes (default "2,3": all 2-way and 3-way
+marginals). Tables (bench/peer_tables.py): adult, adult-6k, the generated skewed,
+wide-binary, small-n (and scale) tables of bench/aim.py, and the public penguins, fair,
+randhie, anes96. Prints one JSON line per table and system, then a summary line.
+
+    .venv/bin/pip install -e '.[bench]'   # opendp[mbi] (mbi, jax), statsmodels, ...
+    .venv/bin/pip install --no-deps smartnoise-synth==1.0.8 smartnoise-sql==1.0.10 \\
+        antlr4-python3-runtime==4.9.3 graphviz Faker 'disjoint-set<0.10'
+    .venv/bin/python bench/peers.py --tables small-n,penguins --seeds 3
+
+(SmartNoise Synth pins opendp < 0.15 and opacus/torch for its other synthesizers; its
+AIM needs neither, hence `--no-deps`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SYSTEMS = ("privq", "privq-paper", "oneway", "snsynth", "opendp")
+
+
+def _workload(attributes: tuple[str, ...], degrees: list[int]) -> list[tuple[str, ...]]:
+    return [c for k in degrees for c in combinations(attributes, min(k, len(attributes)))]
+
+
+def _run_privq(domain, data, truth, rho, workload, system):  # type: ignore[no-untyped-def]
+    from aim import run_oneway
+
+    from app.privacy.mechanisms import MechanismOptions, run_aim
+
+    if system == "oneway":
+        result = run_oneway(domain, truth, rho, MechanismOptions())
+    else:
+        # privq-paper: the paper's schedule (privq's AIM before init_share/noise_filter)
+        paper = {"init_share": None, "noise_filter": None} if system == "privq-paper" else {}
+        options = MechanismOptions(**paper)  # type: ignore[arg-type]
+        result = run_aim(domain, truth, rho, workload, options=options)
+    return lambda attrs: np.asarray(result.model.marginal(attrs), dtype=float).ravel()
+
+
+def _run_snsynth(domain, data, rho, workload):  # type: ignore[no-untyped-def]
+    import contextlib
+    import io
+
+    import pandas as pd
+    from mbi import Dataset
+    from mbi import Domain as MbiDomain
+    from snsynth.aim import AIMSynthesizer
+
+    synth = AIMSynthesizer(epsilon=1.0, delta=1e-6)
+    synth.rho = rho  # what its fit() would set from its own ε→ρ conversion
+    names = list(domain.attributes)
+    table = Dataset(pd.DataFrame(data, columns=names), MbiDomain(names, list(domain.sizes)))
+    with contextlib.redirect_stdout(io.StringIO()):
+        synth.AIM(table, [tuple(w) for w in workload])
+    model = synth.synthesizer
+    return lambda attrs: np.asarray(model.project(attrs).datavector(), dtype=float)
+
+
+def _run_opendp(domain, data, rho, workload):  # type: ignore[no-untyped-def]
+    import opendp.prelude as dp
+    import polars as pl
+
+    dp.enable_features("contrib")
+    names = list(domain.attributes)
+    frame = pl.DataFrame({n: data[:, i].astype(np.int64) for i, n in enumerate(names)})
+    context = dp.Context.compositor(
+        data=frame.lazy(),
+        privacy_unit=dp.unit_of(contributions=1),
+        privacy_loss=dp.loss_of(rho=rho),
+    )
+    keys = {n: list(range(size)) for n, size in zip(names, domain.sizes, strict=True)}
+    queries = [dp.mbi.Count(tuple(w)) for w in workload]
+    release = (
+        context.query(rho=rho)
+        .contingency_table(keys=keys, algorithm=dp.mbi.AIM(queries=queries))
+        .release()
+    )
+    sizes = dict(zip(names, domain.sizes, strict=True))
+
+    def estimate(attrs: tuple[str, ...]) -> np.ndarray:
+        # every key set ends with a null category (no row has it): left out
+        counts = np.asarray(release.project(list(attrs)), dtype=float)
+        return counts[tuple(slice(0, sizes[a]) for a in attrs)].ravel()
+
+    return estimate
+
+
+def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]) -> dict:  # type: ignore[type-arg]
+    """One system on one table in a fresh process: wall time and workload TV."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from aim import marginal_function
+    from peer_tables import load_table
+
+    domain, data = load_table(table, args["rows"])
+    truth = marginal_function(domain, data)
+    workload = _workload(domain.attributes, args["degrees"])
+    order = np.random.default_rng(seed).permutation(len(workload))
+    shuffled = [workload[i] for i in order]
+    started = time.perf_counter()
+    if system in ("privq", "privq-paper", "oneway"):
+        estimate = _run_privq(domain, data, truth, rho, shuffled, system)
+    elif system == "snsynth":
+        estimate = _run_snsynth(domain, data, rho, shuffled)
+    elif system == "opendp":
+        estimate = _run_opendp(domain, data, rho, shuffled)
+    else:
+        raise SystemExit(f"unknown system {system}")
+    seconds = time.perf_counter() - started
+    rows = data.shape[0]
+    errors = [np.abs(truth(w) - estimate(w)).sum() / (2.0 * rows) for w in workload]
+    return {"tv": float(np.mean(errors)), "seconds": seconds}
+
+
+def main() -> None:
+    from app.privacy.accounting import rho_from_epsilon
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tables", default="small-n,penguins,fair,anes96")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--degrees", default="2,3", help="workload: all k-way marginals, k in")
+    parser.add_argument("--rows", type=int, default=None, help="rows of each table (subsample)")
+    args = parser.parse_args()
+    rho = rho_from_epsilon(args.epsilon, args.delta)
+    shared = {"rows": args.rows, "degrees": [int(k) for k in args.degrees.split(",")]}
+    context = multiprocessing.get_context("spawn")
+    summary: dict[str, Any] = {"bench": "peers", "epsilon": args.epsilon, "delta": args.delta}
+    summary |= {"rho": rho, "degrees": args.degrees, "seeds": args.seeds, "tables": {}}
+    for table in args.tables.split(","):
+        medians: dict[str, float] = {}
+        for system in args.systems.split(","):
+            runs = []
+            for seed in range(args.seeds):
+                with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                    runs.append(pool.submit(run_one, system, table, seed, rho, shared).result())
+            tvs = [r["tv"] for r in runs]
+            line = {
+                "table": table,
+                "system": system,
+                "median_tv": statistics.median(tvs),
+                "min_tv": min(tvs),
+                "max_tv": max(tvs),
+                "tv": [round(t, 5) for t in tvs],
+                "median_seconds": statistics.median(r["seconds"] for r in runs),
+            }
+            print(json.dumps(line), flush=True)
+            medians[system] = line["median_tv"]
+        peers = [medians[s] for s in ("snsynth", "opendp") if s in medians]
+        entry: dict[str, float] = dict(medians)
+        if "privq" in medians and peers:
+            entry["privq_over_best_peer"] = medians["privq"] / min(peers)
+        if "privq" in medians and "oneway" in medians:
+            entry["privq_over_oneway"] = medians["privq"] / medians["oneway"]
+        summary["tables"][table] = entry
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""AIM's budget split and noise filter (`init_share`, `noise_filter`) on small tables."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from app.pgm.domain import Domain
+from app.privacy.mechanisms import MechanismOptions, run_aim
+from app.privacy.mechanisms.aim import (
+    TOPUP_MAX,
+    TOPUP_TV,
+    aim_schedule,
+    estimated_rows,
+    initial_schedule,
+    noise_filter,
+    topup_sigmas,
+)
+from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
+from app.privacy.mechanisms.budget import round_cost
+from app.privacy.mechanisms.rounds import Round
+from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
+
+PAPER = {"init_share": None, "noise_filter": None}
+
+
+def test_init_share_splits_the_oneway_round_by_cells_to_the_two_thirds() -> None:
+    rho, options = 0.05, MechanismOptions(init_share=0.3)
+    oneway = [(a,) for a in DOMAIN.attributes]
+    sigmas, sigma, epsilon = initial_schedule(DOMAIN, rho, oneway, options)
+    costs = {r: round_cost(s, 0.0) for r, s in sigmas.items()}
+    # the one-way round spends exactly β·ρ, each marginal ∝ n^(2/3)
+    assert math.fsum(costs.values()) == pytest.approx(0.3 * rho, rel=1e-12)
+    weights = {r: DOMAIN.cells(r) ** (2 / 3) for r in oneway}
+    for r in oneway:
+        assert costs[r] / costs[oneway[0]] == pytest.approx(weights[r] / weights[oneway[0]])
+    # larger attributes get less noise per cell than an equal split would give them
+    assert sigmas[("d",)] < sigmas[("a",)]
+    # the first selection round: (1 − β)·ρ / T, α measuring
+    rounds_t, largest, first_epsilon = aim_schedule(DOMAIN, rho, options)
+    assert round_cost(sigma, epsilon) == pytest.approx(0.7 * rho / rounds_t, rel=1e-12)
+    # what the dry run shows: the largest σ of the schedule, the first selection's ε
+    assert largest == max(sigma, *sigmas.values()) and first_epsilon == epsilon
+    assert 1 / (2 * sigma**2) == pytest.approx(0.9 * round_cost(sigma, epsilon), rel=1e-9)
+
+
+def test_without_init_share_the_paper_schedule_is_kept() -> None:
+    rho = 0.05
+    options = MechanismOptions(**PAPER)  # type: ignore[arg-type]
+    oneway = [(a,) for a in DOMAIN.attributes]
+    sigmas, sigma, epsilon = initial_schedule(DOMAIN, rho, oneway, options)
+    rounds_t, sigma0, epsilon0 = aim_schedule(DOMAIN, rho, options)
+    assert set(sigmas.values()) == {sigma0} and (sigma, epsilon) == (sigma0, epsilon0)
+    assert sigma0 == pytest.approx(math.sqrt(rounds_t / (2 * 0.9 * rho)), rel=1e-12)
+
+
+def test_noise_filter_keeps_what_the_noise_leaves_measurable() -> None:
+    domain = Domain(("a", "b", "c"), (2, 10, 40))
+    candidates = [("a",), ("b",), ("c",), ("a", "b"), ("b", "c")]
+    sigma, rows = 5.0, 200.0
+    kept = noise_filter(domain, candidates, sigma, rows, 0.5)
+    # expected noise √(2/π)·σ·n_r against 0.5·N̂ = 100: n_r ≤ 25 passes
+    assert kept == [("a",), ("b",), ("a", "b")]
+    assert all(SQRT_2_OVER_PI * sigma * domain.cells(r) <= 100 for r in kept)
+    assert noise_filter(domain, candidates, sigma, rows, None) == candidates
+
+
+def test_noise_filter_counts_what_a_weak_selection_may_miss_by() -> None:
+    domain = Domain(("a", "b", "c"), (2, 10, 40))
+    candidates = [("a",), ("b",), ("a", "b")]
+    weights = {("a",): 1.0, ("b",): 1.0, ("a", "b"): 2.0}
+    sigma, rows = 1.0, 200.0
+    assert noise_filter(domain, candidates, sigma, rows, 0.5) == candidates
+    # 2Δ·ln|C|/ε = 2·2·ln 3/ε in w_r units: at ε = 0.1 it is 43.9, so (a,) and (b,)
+    # (w = 1) need 43.9 + noise ≤ 100 and (a, b) (w = 2) 22.0 + noise ≤ 100
+    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.1))
+    assert kept == candidates
+    reach = 4 * math.log(3) / 0.02  # ε = 0.02: 219.7
+    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.02))
+    assert kept == [r for r in candidates if reach / weights[r] + 0.8 * domain.cells(r) <= 100]
+    assert kept == []
+    assert noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.04)) == [("a", "b")]
+
+
+def test_topup_follows_a_noisy_oneway_round_only() -> None:
+    rho = 0.02
+    options = MechanismOptions(init_share=0.2)
+    oneway = [(a,) for a in DOMAIN.attributes]
+    sigmas, _, _ = initial_schedule(DOMAIN, rho, oneway, options)
+
+    def init(rows: int) -> list[Round]:
+        out = []
+        for r in oneway:
+            values = np.full(DOMAIN.cells(r), rows // DOMAIN.cells(r))
+            out.append(Round(0, "measure", r, sigmas[r], 0.0, round_cost(sigmas[r], 0.0), values))
+        return out
+
+    # expected noise √(2/π)·σ_i·n_i / 2N̂, averaged: above 0.05 at 300 rows, not at 30,000
+    noisy = init(300)
+    share = [SQRT_2_OVER_PI * r.sigma * r.values.size / (2 * estimated_rows(noisy)) for r in noisy]
+    assert sum(share) / len(share) > 0.05
+    planned = topup_sigmas(DOMAIN, rho, noisy, options)
+    assert list(planned) == oneway
+    # what brings the mean share down to 0.05: β((s/0.05)² − 1)·ρ, the two rounds ≤ 0.7ρ
+    mean = sum(share) / len(share)
+    extra = min(0.2 * ((mean / TOPUP_TV) ** 2 - 1), TOPUP_MAX - 0.2)
+    assert math.fsum(round_cost(s, 0.0) for s in planned.values()) == pytest.approx(
+        extra * rho, rel=1e-12
+    )
+    assert topup_sigmas(DOMAIN, rho, init(30_000), options) == {}
+    assert topup_sigmas(DOMAIN, rho, noisy, MechanismOptions(**PAPER)) == {}  # type: ignore[arg-type]
+
+
+def test_estimated_rows_is_the_inverse_variance_mean_of_the_oneway_totals() -> None:
+    def measured(attrs: tuple[str, ...], values: list[int], sigma: float) -> Round:
+        return Round(0, "measure", attrs, sigma, 0.0, round_cost(sigma, 0.0), np.array(values))
+
+    rounds = [measured(("a",), [60, 40], 1.0), measured(("b",), [30, 30, 30], 2.0)]
+    w1, w2 = 1 / (2 * 1.0), 1 / (3 * 4.0)
+    assert estimated_rows(rounds) == pytest.approx((w1 * 100 + w2 * 90) / (w1 + w2))
+    assert estimated_rows([measured(("a",), [-5, -3], 1.0)]) == 1.0  # never below one row
+
+
+def _scarce_table(rows: int, seed: int = 3):  # type: ignore[no-untyped-def]
+    """A small-N table: 6 attributes of 2-12 values, `rows` rows."""
+    domain = Domain(("a", "b", "c", "d", "e", "f"), (2, 12, 8, 3, 10, 6))
+    rng = np.random.default_rng(seed)
+    data = np.stack([rng.integers(0, n, rows) for n in domain.sizes], axis=1)
+    data[:, 1] = (data[:, 0] * 5 + rng.integers(0, 3, rows)) % 12
+
+    def truth(attrs: tuple[str, ...]) -> np.ndarray:
+        idx = [domain.index(x) for x in attrs]
+        flat = np.ravel_multi_index(tuple(data[:, i] for i in idx), domain.shape(attrs))
+        return np.bincount(flat, minlength=domain.cells(attrs))
+
+    return domain, truth
+
+
+@pytest.mark.parametrize("share", [0.2, 0.6])
+def test_small_n_run_measures_only_what_its_noise_allows(share: float) -> None:
+    domain, truth = _scarce_table(rows=300)
+    rho = 0.02
+    options = MechanismOptions(init_share=share, noise_filter=0.5, **FAST)  # type: ignore[arg-type]
+    workload = list(combinations(domain.attributes, 2))
+    result = run_aim(domain, truth, rho, workload, options=options)
+    rounds = result.rounds
+    oneway = [(a,) for a in domain.attributes]
+    init, later = rounds[: len(oneway)], rounds[len(oneway) :]
+    sigmas, sigma1, _ = initial_schedule(domain, rho, oneway, options)
+    assert [r.attributes for r in init] == oneway
+    assert [r.sigma for r in init] == [sigmas[r.attributes] for r in init]
+    assert math.fsum(r.rho for r in init) == pytest.approx(share * rho, rel=1e-12)
+    rows = estimated_rows(init)
+    # 300 rows: the one-way round's noise is a large share of them, so a top-up follows
+    planned = topup_sigmas(domain, rho, init, options)
+    assert planned and [r.attributes for r in later[: len(oneway)]] == oneway
+    assert [r.sigma for r in later[: len(oneway)]] == [planned[a] for a in oneway]
+    later = later[len(oneway) :]
+    selected = [r for r in later if r.kind == "select+measure"]
+    rest = [r for r in later if r.kind == "measure"]
+    # selection rounds come next, and each measured what its noise allowed
+    assert later[: len(selected)] == selected
+    for r in selected:
+        if not r.final:  # (a final round is solved from what is left)
+            assert SQRT_2_OVER_PI * r.sigma * r.values.size <= 0.5 * rows
+            ratio = math.log2(sigma1 / r.sigma)  # σ only halves (annealing, some free)
+            assert ratio == pytest.approx(round(ratio)) and ratio >= 0
+    # what is left re-measures every one-way marginal, no selection; the last is final
+    assert [r.attributes for r in rest] in ([], oneway)
+    assert all(r.epsilon == 0 for r in rest)
+    assert rounds[-1].final and not any(r.final for r in rounds[:-1])
+    assert result.rho_used <= rho * (1 + 1e-12)
+    assert result.rho_used == pytest.approx(rho, rel=1e-9)
+
+
+def test_tiny_budget_spends_everything_on_oneway_marginals() -> None:
+    """Where no multi-way marginal is ever measurable, AIM ends as a one-way mechanism."""
+    domain, truth = _scarce_table(rows=100)
+    rho = 1e-4
+    options = MechanismOptions(init_share=0.5, noise_filter=0.1, **FAST)  # type: ignore[arg-type]
+    workload = list(combinations(domain.attributes, 2))
+    result = run_aim(domain, truth, rho, workload, options=options)
+    assert all(r.kind == "measure" and len(r.attributes) == 1 for r in result.rounds)
+    # the one-way round, its top-up and the rest, each over every attribute
+    assert len(result.rounds) == 3 * len(domain.attributes)
+    assert result.rho_used == pytest.approx(rho, rel=1e-9)
+
+
+def test_resume_inside_the_topup_and_the_rest_draws_nothing_twice() -> None:
+    domain, truth = _scarce_table(rows=300)
+    rho = 0.02
+    options = MechanismOptions(init_share=0.6, noise_filter=0.5, **FAST)  # type: ignore[arg-type]
+    workload = list(combinations(domain.attributes, 2))
+    full = run_aim(domain, truth, rho, workload, options=options)
+    d = len(domain.attributes)
+    crashes = [d + 2]  # inside the top-up
+    if full.rounds[-1].kind == "measure":  # the run ended with the one-way rest
+        crashes.append(len(full.rounds) - 3)
+    for crash in crashes:
+        stored = [r.to_dict() for r in full.rounds[:crash]]
+        resumed = run_aim(domain, truth, rho, workload, options=options, completed_rounds=stored)
+        for old, new in zip(full.rounds[:crash], resumed.rounds, strict=False):
+            assert np.array_equal(old.values, new.values) and old.sigma == new.sigma
+        kinds = [r.kind for r in resumed.rounds]
+        assert kinds[: 2 * d] == ["measure"] * (2 * d)
+        assert resumed.rounds[-1].final
+        assert resumed.rho_used == pytest.approx(rho, rel=1e-9)
+
+
+def test_paper_schedule_still_runs_as_before() -> None:
+    truth = synthetic(2)
+    options = MechanismOptions(**PAPER, **FAST)  # type: ignore[arg-type]
+    result = run_aim(DOMAIN, truth, 0.3, ALL_PAIRS[:6], options=options)
+    _, sigma0, _ = aim_schedule(DOMAIN, 0.3, options)
+    assert all(r.sigma == sigma0 for r in result.rounds if r.kind == "measure")
+    assert result.rho_used == pytest.approx(0.3, rel=1e-12)
+
+
+def test_options_refuse_shares_outside_zero_one() -> None:
+    with pytest.raises(ValueError, match="init_share"):
+        MechanismOptions(init_share=1.0)
+    with pytest.raises(ValueError, match="noise_filter"):
+        MechanismOptions(noise_filter=0.0)
