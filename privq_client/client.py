@@ -19,6 +19,7 @@ import pandas as pd
 from privq_client.base import BaseClient
 from privq_client.jobs import Job
 from privq_client.transport import Json, segment
+from privq_client.unmeasured import warn_names
 
 Noise = Literal["gaussian", "laplace"]
 Marginals = Sequence[Sequence[str] | str]
@@ -332,4 +333,5 @@ class Client(BaseClient):
         )
         frame = pd.DataFrame(body["rows"], columns=body["columns"])
         frame.attrs.update({k: v for k, v in body.items() if k not in ("rows", "columns")})
+        warn_names(list(body.get("unmeasured") or []), "sql")
         return frame

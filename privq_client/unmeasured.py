@@ -31,7 +31,11 @@ def unmeasured_names(response: httpx.Response) -> list[str]:
 def warn_unmeasured(response: httpx.Response, what: str, *, stacklevel: int = 3) -> list[str]:
     """Warn if `response` names unmeasured attributes (`stacklevel` 3: at the line that
     called the client's method); returns them."""
-    names = unmeasured_names(response)
+    return warn_names(unmeasured_names(response), what, stacklevel=stacklevel + 1)
+
+
+def warn_names(names: list[str], what: str, *, stacklevel: int = 3) -> list[str]:
+    """Warn if `names` (unmeasured attributes of an answer) is not empty; returns it."""
     if names:
         warnings.warn(
             f"{what}: no measurement touched {', '.join(names)}; the model spreads "

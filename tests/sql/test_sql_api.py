@@ -22,7 +22,7 @@ from app.pgm.measurement import Measurement
 from app.schema import SchemaError, parse_schema
 from app.services import models as model_service
 from app.services.columns import load_columns
-from privq_client import Client
+from privq_client import Client, UnmeasuredAttributesWarning
 from privq_client.errors import ApiError
 
 SCHEMA = {
@@ -48,7 +48,7 @@ def _csv(rows: int = 400, seed: int = 4) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _fit(database, dataset_id: str, schema=SCHEMA) -> int:
+def _fit(database, dataset_id: str, schema=SCHEMA, measured=MEASURED) -> int:
     """Noisy true marginals (numpy noise: test only, never a release), fitted and saved."""
     rng = np.random.default_rng(0)
     with database.read_only() as session:
@@ -60,7 +60,7 @@ def _fit(database, dataset_id: str, schema=SCHEMA) -> int:
         session.add(job)
         session.flush()
         high_water = 0
-        for position, (attrs, sigma) in enumerate(MEASURED):
+        for position, (attrs, sigma) in enumerate(measured):
             flat = np.ravel_multi_index([columns[a] for a in attrs], domain.shape(attrs))
             truth = np.bincount(flat, minlength=domain.cells(attrs))
             noisy = (truth + np.round(rng.normal(0, sigma, truth.size))).astype(np.int64)
@@ -261,6 +261,35 @@ def test_is_null_reaches_the_missing_code(client, api, database):
     grouped = sql(f'SELECT "hours-per-week", COUNT(*) FROM "{name}" GROUP BY 1')
     assert [row[0] for row in grouped["rows"]] == [0, 1, 2, 3, None]
     assert grouped["rows"][-1][1] == pytest.approx(null)
+
+
+def test_unmeasured_attributes_are_named_in_the_body_and_the_header(client, api, database):
+    tenant = api.create_tenant()
+    name = unique_name("unmeasured")
+    dataset = api.upload_dataset(_csv(), SCHEMA, name=name)
+    api.grant(dataset["id"], tenant["id"], 1.0)
+    _fit(database, dataset["id"], measured=[(("sex", "age"), 2.0)])
+    url = f"/v1/datasets/{dataset['id']}/sql"
+    query = f"SELECT race, COUNT(*) FROM \"{name}\" WHERE sex = 'F' GROUP BY race"
+    for accept in ("application/json", "text/csv"):
+        response = client.post(
+            url, json={"query": query}, headers={**tenant["headers"], "Accept": accept}
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["Privq-Unmeasured"] == "race"
+    assert client.post(url, json={"query": query}, headers=tenant["headers"]).json()[
+        "unmeasured"
+    ] == ["race"]
+    measured = client.post(
+        url,
+        json={"query": f'SELECT sex, COUNT(*) FROM "{name}" GROUP BY sex'},
+        headers=tenant["headers"],
+    )
+    assert "Privq-Unmeasured" not in measured.headers
+    analyst = Client("http://testserver", tenant["api_key"], http_client=client)
+    with pytest.warns(UnmeasuredAttributesWarning, match="race") as caught:
+        analyst.sql(dataset["id"], query)
+    assert caught[0].filename == __file__
 
 
 def test_client_sql_returns_a_frame(client, world):

@@ -18,6 +18,7 @@ from app.api.deps import DatabaseDep, DatasetAccessDep, ReadsDep, SettingsDep
 from app.api.responses import SafeJSONResponse
 from app.api.routers.answers import _answer, _model_for
 from app.api.schemas import RequestBody, error_responses
+from app.api.unmeasured import DOCUMENTED, mark_unmeasured
 from app.services import answers
 from app.sql import MAX_SQL_CHARACTERS
 
@@ -65,7 +66,7 @@ def _wants_csv(request: Request) -> bool:
     "/sql",
     response_model=None,
     responses={
-        200: {"model": SqlOut, "content": {"text/csv": {}}},
+        200: {"model": SqlOut, "content": {"text/csv": {}}, "headers": DOCUMENTED},
         **error_responses(
             {
                 404: "No such dataset (or no grant on it); or `no_model` before the first fit.",
@@ -93,9 +94,10 @@ async def answer_sql(
     )
     result = await _answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
     if _wants_csv(request):
-        return Response(
+        csv = Response(
             answers.sql_csv(result),
             media_type="text/csv; charset=utf-8",
             headers={"X-Model-Version": str(result["model_version"])},
         )
-    return SafeJSONResponse(result)
+        return mark_unmeasured(csv, result["unmeasured"])
+    return mark_unmeasured(SafeJSONResponse(result), result["unmeasured"])
