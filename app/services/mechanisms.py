@@ -286,6 +286,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         rounds=params.get("rounds"),
         final_fit_solver=worker.settings.fit_solver,
         sensitivity=sensitivity,
+        # A stop asked for during a fit (the final one included) is honoured there.
+        checkpoint=worker.checkpoint,
     )
     try:
         result = RUNNERS[job.kind](

@@ -151,3 +151,55 @@ def test_theorem4_bounds_hold_empirically() -> None:
     assert len(hits["theorem 4"]) >= 100
     for theorem, h in hits.items():
         assert np.mean(h) >= 0.9, theorem
+
+
+def test_a_stop_during_the_final_fit_leaves_every_round_stored_and_draws_nothing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`MechanismOptions.checkpoint` runs inside every fit, the final one included: a worker
+    asked to stop there leaves with every round stored, and the resumed run only fits."""
+    draws: list[int] = []
+    real_noise = noise.discrete_gaussian
+
+    def counting_noise(counts: np.ndarray, sigma: float) -> np.ndarray:
+        draws.append(int(np.asarray(counts).size))
+        return real_noise(counts, sigma)
+
+    monkeypatch.setattr(noise, "discrete_gaussian", counting_noise)
+
+    class Stop(BaseException):
+        pass
+
+    stored: list[dict] = []
+    final_stored = False
+
+    def on_round(r: Round) -> None:
+        nonlocal final_stored
+        stored.append(json.loads(json.dumps(r.to_dict())))
+        final_stored = r.final
+
+    calls = {"after_final": 0}
+
+    def checkpoint() -> None:
+        if final_stored:
+            calls["after_final"] += 1
+            raise Stop()
+
+    rho, truth, rounds = 0.5, synthetic(3), 4
+    stopping = MechanismOptions(rounds=rounds, checkpoint=checkpoint, **FAST)
+    with pytest.raises(Stop):
+        run_mwem(DOMAIN, truth, rho, ALL_PAIRS, options=stopping, on_round=on_round)
+    assert calls["after_final"] == 1  # raised from the final fit's first iteration
+    assert len(stored) == rounds and stored[-1]["final"] and len(draws) == rounds
+
+    resumed = run_mwem(
+        DOMAIN,
+        truth,
+        rho,
+        ALL_PAIRS,
+        options=MechanismOptions(rounds=rounds, **FAST),
+        completed_rounds=stored,
+    )
+    assert len(draws) == rounds  # nothing drawn again
+    assert [r.index for r in resumed.rounds] == list(range(rounds))
+    assert resumed.model is not None

@@ -116,6 +116,9 @@ class MechanismOptions:
     final_fit_iterations: int = 500
     fit_tolerance: float = 1e-7  # of the final fit
     round_fit_tolerance: float = 1e-4  # of mirror-descent fits between rounds
+    # Called after every iteration of every fit (a fit reads no records and spends
+    # nothing, so it may stop there: a worker asked to stop raises out of it).
+    checkpoint: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_model_cells < 1:
@@ -219,6 +222,9 @@ def fit_model(
             iterations = max(options.round_min_iterations, min(iterations, by_work))
     if solver is not None:
         kwargs["solver"] = solver
+    if options.checkpoint is not None:
+        checkpoint = options.checkpoint
+        kwargs["callback"] = lambda _iteration, _loss: checkpoint()
     return fit(
         domain,
         measurements,
