@@ -312,7 +312,9 @@ def test_no_access_to_the_records_goes_unpaid(
 
 def settings_for_ci() -> Any:
     return hypothesis_settings(
-        max_examples=12,
+        # 8 programs of 10 steps: each runs real AIM, MWEM and measurement jobs on both
+        # backends, so this one test is a minute of the suite's ten.
+        max_examples=8,
         stateful_step_count=10,
         deadline=None,
         database=None,
