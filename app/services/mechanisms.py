@@ -142,8 +142,22 @@ def plan(
         "workload": [list(a) for a in checked],
         "max_model_cells": cap,
         "rounds": rounds,
+        # The schedule the job starts with is the one it resumes with, whatever a later
+        # build's defaults: its stored rounds were drawn under it.
+        "schedule": current_schedule(),
     }
     return params, units
+
+
+# A job stored without a schedule was submitted before AIM had one of its own: it began
+# with the paper's (no one-way share of its own, no noise filter).
+PAPER_SCHEDULE: dict[str, float | None] = {"init_share": None, "noise_filter": None}
+
+
+def current_schedule() -> dict[str, float | None]:
+    """This build's AIM schedule (MechanismOptions' defaults), kept in a job's params."""
+    defaults = MechanismOptions()
+    return {"init_share": defaults.init_share, "noise_filter": defaults.noise_filter}
 
 
 def submit(
@@ -284,6 +298,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],
         rounds=params.get("rounds"),
+        **params.get("schedule", PAPER_SCHEDULE),
         final_fit_solver=worker.settings.fit_solver,
         sensitivity=sensitivity,
         # A stop asked for during a fit (the final one included) is honoured there.

@@ -11,7 +11,7 @@ from conftest import ApiHelper, adult_slice, job_row
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import Database, LedgerEntry, MeasurementRecord, RecordAccess
+from app.db import Database, Job, LedgerEntry, MeasurementRecord, RecordAccess
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 from app.services.rho import UNITS_PER_RHO
@@ -101,6 +101,44 @@ def test_mechanism_job_spends_within_its_charge_and_makes_a_model(
         assert selected >= 1 and later[:selected] == ["select+measure"] * selected
         rest = mine[len(SIZES) + selected :]
         assert all(r["details"]["kind"] == "measure" and len(r["attributes"]) == 1 for r in rest)
+
+
+def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
+    client: TestClient,
+    api: ApiHelper,
+    small: dict[str, Any],
+    database: Database,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The schedule is kept in the job: a later build's defaults never meet rounds drawn
+    under another, and a job stored before jobs kept one runs the paper's."""
+    seen: list[tuple[float | None, float | None]] = []
+    real = mechanism_service.RUNNERS["aim"]
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        options = kwargs["options"]
+        seen.append((options.init_share, options.noise_filter))
+        return real(*args, **kwargs)
+
+    monkeypatch.setitem(mechanism_service.RUNNERS, "aim", spy)
+    tenant = new_tenant(api, small["id"])
+    url = f"/v1/datasets/{small['id']}/mechanisms/aim"
+    kept = client.post(url, json={"rho": 0.05}, headers=tenant["headers"]).json()["job_id"]
+    assert job_row(database, kept).params["schedule"] == mechanism_service.current_schedule()
+    with database.unit_of_work() as session:  # another build's schedule, stored with it
+        job = session.get(Job, kept)
+        assert job is not None
+        job.params = {**job.params, "schedule": {"init_share": 0.3, "noise_filter": 0.7}}
+    old = client.post(url, json={"rho": 0.05}, headers=tenant["headers"]).json()["job_id"]
+    with database.unit_of_work() as session:  # a job from before jobs kept a schedule
+        job = session.get(Job, old)
+        assert job is not None
+        job.params = {k: v for k, v in job.params.items() if k != "schedule"}
+    assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 2
+    assert job_row(database, kept).status == "succeeded"
+    assert job_row(database, old).status == "succeeded"
+    assert seen == [(0.3, 0.7), (None, None)]
 
 
 def test_mechanism_requests_are_validated_before_charging(
