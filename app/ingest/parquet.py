@@ -29,7 +29,13 @@ import numpy as np
 
 from app.ingest.arrow import string_array
 from app.ingest.columns import ColumnEncoder
-from app.ingest.errors import MAX_REPORTED_LINES, QUOTED_CELL_CHARS, IngestError, quote_cell
+from app.ingest.errors import (
+    MAX_REPORTED_LINES,
+    QUOTED_CELL_CHARS,
+    IngestError,
+    check_column_names,
+    quote_cell,
+)
 from app.ingest.packing import INGEST_THREADS
 from app.ingest.units import PrivacyUnit, UnitIds, null_ids
 from app.schema import Attribute, DatasetSchema
@@ -130,28 +136,7 @@ def _check_size(stream: BinaryIO, max_bytes: int | None) -> None:
 
 def _check_columns(names: list[str], schema: DatasetSchema, unit_column: str | None) -> None:
     wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
-    seen: set[str] = set()
-    duplicate: list[str] = []
-    for name in names:
-        if name in seen and name not in duplicate:
-            duplicate.append(name)
-        seen.add(name)
-    unknown = [n for n in dict.fromkeys(names) if n not in set(wanted)]
-    missing = [n for n in wanted if n not in seen]
-    if not (duplicate or unknown or missing):
-        return
-    parts = []
-    if missing:
-        parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
-    if unknown:
-        parts.append(f"unknown column(s) {', '.join(repr(n[:40]) for n in unknown)} (drop them)")
-    if duplicate:
-        parts.append(f"duplicate column(s) {', '.join(map(repr, duplicate))}")
-    raise IngestError(
-        "bad_header",
-        "the Parquet columns do not match the schema: " + "; ".join(parts),
-        {"missing": missing, "unknown": unknown, "duplicate": duplicate},
-    )
+    check_column_names(names, wanted, "the Parquet columns")
 
 
 def _encode_batch(

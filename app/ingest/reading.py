@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from app.ingest.errors import QUOTED_CELL_CHARS, IngestError, has_undecodable_bytes
+from app.ingest.errors import IngestError, check_column_names, has_undecodable_bytes
 from app.schema import DatasetSchema
 
 MAX_LINE_CHARS = 1 << 20
@@ -111,29 +111,7 @@ def read_header(reader: Any, schema: DatasetSchema, unit_column: str | None = No
             "bad_csv", f"line {header_line} (the header) has bytes that are not valid UTF-8"
         )
     wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
-    expected = set(wanted)
-    seen: set[str] = set()
-    duplicate: list[str] = []
-    for name in names:
-        if name in seen and name not in duplicate:
-            duplicate.append(name)
-        seen.add(name)
-    unknown = [n for n in dict.fromkeys(names) if n not in expected]
-    missing = [n for n in wanted if n not in seen]
-    if duplicate or unknown or missing:
-        parts = []
-        if missing:
-            parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
-        if unknown:
-            shown = [repr(n[:QUOTED_CELL_CHARS]) if n else "'' (an empty name)" for n in unknown]
-            parts.append(f"unknown column(s) {', '.join(shown)} (remove them from the file)")
-        if duplicate:
-            parts.append(f"duplicate column(s) {', '.join(map(repr, duplicate))}")
-        raise IngestError(
-            "bad_header",
-            "the header does not match the schema: " + "; ".join(parts),
-            {"missing": missing, "unknown": unknown, "duplicate": duplicate},
-        )
+    check_column_names(names, wanted, "the header")
     position = {name: i for i, name in enumerate(names)}
     return [position[name] for name in wanted]
 
