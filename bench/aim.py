@@ -34,6 +34,7 @@ import numpy as np
 from app.pgm.domain import Domain
 from app.privacy.accounting import rho_from_epsilon, smallest_scale_for_rho
 from app.privacy.mechanisms import MechanismOptions, run_aim, run_mwem
+from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 from app.privacy.mechanisms.engine import MechanismRun
 
 
@@ -177,7 +178,9 @@ def main() -> None:
     parser.add_argument("--round-tolerance", type=float, default=None)
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument(
-        "--paper", action="store_true", help="AIM with the paper's schedule (no init_share, filter)"
+        "--paper",
+        action="store_true",
+        help="AIM with the paper's schedule (no init_share, filter; T = 16·d)",
     )
     parser.add_argument("--dataset", default="adult", choices=["adult", *GENERATED])
     parser.add_argument("--rows", type=int, default=None, help="rows of a generated dataset")
@@ -193,7 +196,7 @@ def main() -> None:
     if args.fit_solver is not None:
         tuning["fit_solver"] = args.fit_solver
     if args.paper:
-        tuning |= {"init_share": None, "noise_filter": None}
+        tuning |= PAPER_SCHEDULE
     shared = {
         "tuning": tuning,
         "verbose": args.verbose,

@@ -57,6 +57,7 @@ from app.privacy.mechanisms import (
     run_aim,
     run_mwem,
 )
+from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 from app.services import datasets as dataset_service
 from app.services import fits, gate, jobs, ledger, quarantine, unit_accounting
 from app.services import measurements as measurement_service
@@ -149,15 +150,21 @@ def plan(
     return params, units
 
 
-# A job stored without a schedule was submitted before AIM had one of its own: it began
-# with the paper's (no one-way share of its own, no noise filter).
-PAPER_SCHEDULE: dict[str, float | None] = {"init_share": None, "noise_filter": None}
-
-
 def current_schedule() -> dict[str, float | None]:
     """This build's AIM schedule (MechanismOptions' defaults), kept in a job's params."""
     defaults = MechanismOptions()
-    return {"init_share": defaults.init_share, "noise_filter": defaults.noise_filter}
+    return {
+        "init_share": defaults.init_share,
+        "noise_filter": defaults.noise_filter,
+        "rounds_per_attribute": defaults.rounds_per_attribute,
+    }
+
+
+def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
+    """The schedule a job was submitted with. One stored without a schedule began before
+    AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); one stored without
+    `rounds_per_attribute` began with 16·d rounds, the default then."""
+    return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 
 def submit(
@@ -298,7 +305,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],
         rounds=params.get("rounds"),
-        **params.get("schedule", PAPER_SCHEDULE),
+        **stored_schedule(params),
         final_fit_solver=worker.settings.fit_solver,
         sensitivity=sensitivity,
         # A stop asked for during a fit (the final one included) is honoured there.

@@ -131,7 +131,7 @@ def test_mechanism_dry_runs_give_their_schedule(client, api, database) -> None:
     )
     assert aim.status_code == 200, aim.text
     estimate = aim.json()
-    assert estimate["rounds_at_most"] == 16 * 2  # T = 16·d
+    assert estimate["rounds_at_most"] == 4 * 2  # T = 4·d
     assert [m["attributes"] for m in estimate["oneway"]] == [["age"], ["sex"]]
     assert estimate["rho_exact"] == "0.5" and estimate["rho_remaining_exact"] == "0.5"
     assert counts(database, dataset["id"]) == (0, 0)

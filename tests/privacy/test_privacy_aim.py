@@ -43,7 +43,12 @@ def test_schedule_initialisation_and_annealing() -> None:
     rho = 0.3
     truth = synthetic(1)
     # the paper's schedule (privq's default split is pinned in test_privacy_aim_schedule)
-    paper = MechanismOptions(init_share=None, noise_filter=None, **FAST)  # type: ignore[arg-type]
+    paper = MechanismOptions(
+        init_share=None,
+        noise_filter=None,
+        rounds_per_attribute=16,
+        **FAST,  # type: ignore[arg-type]
+    )
     result = run_aim(DOMAIN, truth, rho, ALL_PAIRS[:6], options=paper)
     rounds_t, sigma0, epsilon0 = aim_schedule(DOMAIN, rho, paper)
     assert rounds_t == 16 * 5

@@ -24,7 +24,7 @@ from app.privacy.mechanisms.budget import round_cost
 from app.privacy.mechanisms.rounds import Round
 from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
 
-PAPER = {"init_share": None, "noise_filter": None}
+PAPER = {"init_share": None, "noise_filter": None, "rounds_per_attribute": 16}
 
 
 def test_init_share_splits_the_oneway_round_by_cells_to_the_two_thirds() -> None:
@@ -224,3 +224,22 @@ def test_options_refuse_shares_outside_zero_one() -> None:
         MechanismOptions(init_share=1.0)
     with pytest.raises(ValueError, match="noise_filter"):
         MechanismOptions(noise_filter=0.0)
+
+
+def test_default_schedule_runs_four_rounds_per_attribute() -> None:
+    """T = 4·d by default (`rounds_per_attribute`), so the first selection round costs
+    (1 − β)·ρ / 4d (β = 0.2): four times what T = 16·d gives it; `rounds` overrides."""
+    rho, d = 0.05, len(DOMAIN.attributes)
+    default = MechanismOptions()
+    rounds_t, _, _ = aim_schedule(DOMAIN, rho, default)
+    assert rounds_t == 4 * d and default.init_share == 0.2
+    oneway = [(a,) for a in DOMAIN.attributes]
+    _, sigma, epsilon = initial_schedule(DOMAIN, rho, oneway, default)
+    assert round_cost(sigma, epsilon) == pytest.approx(0.8 * rho / (4 * d), rel=1e-12)
+    paper_t = MechanismOptions(rounds_per_attribute=16)
+    _, sigma16, epsilon16 = initial_schedule(DOMAIN, rho, oneway, paper_t)
+    assert aim_schedule(DOMAIN, rho, paper_t)[0] == 16 * d
+    assert round_cost(sigma, epsilon) == pytest.approx(4 * round_cost(sigma16, epsilon16))
+    assert aim_schedule(DOMAIN, rho, MechanismOptions(rounds=7))[0] == 7
+    with pytest.raises(ValueError, match="rounds_per_attribute"):
+        MechanismOptions(rounds_per_attribute=0)

@@ -75,7 +75,8 @@ class MechanismOptions:
     """Knobs of a run. Everything here must be the same when a run is resumed."""
 
     max_model_cells: int = 10**7
-    rounds: int | None = None  # AIM: T (default 16·d); MWEM: T (default d)
+    rounds: int | None = None  # AIM: T (default rounds_per_attribute·d); MWEM: T (default d)
+    rounds_per_attribute: int = 4  # AIM's T per attribute (the paper's: 16)
     # k, the rows one privacy unit may hold: every marginal's sensitivity (σ is k times a
     # record-level round's for the same ρ) and the factor on the selection scores'.
     sensitivity: int = 1
@@ -123,8 +124,8 @@ class MechanismOptions:
     def __post_init__(self) -> None:
         if self.max_model_cells < 1:
             raise ValueError("max_model_cells must be positive")
-        if self.rounds is not None and self.rounds < 1:
-            raise ValueError("rounds must be positive")
+        if (self.rounds is not None and self.rounds < 1) or self.rounds_per_attribute < 1:
+            raise ValueError("rounds and rounds_per_attribute must be positive")
         check_sensitivity(self.sensitivity)
         if not 0.0 < self.measure_share < 1.0:
             raise ValueError("measure_share must be in (0, 1)")
