@@ -3,8 +3,8 @@
 Systems, all at the same ρ on the same table, domain and workload:
 
 - `privq`: app.privacy.mechanisms.run_aim in-process, default options;
-- `privq-paper`: the same with the paper's schedule (`init_share=None`,
-  `noise_filter=None`): privq's AIM as it was before those options;
+- `privq-paper`: the same with the paper's schedule (`aim.PAPER_SCHEDULE`: no
+  one-way share of its own, no noise filter, T = 16·d);
 - `oneway`: every one-way marginal with an equal share of ρ, one fit (the baseline);
 - `snsynth`: SmartNoise Synth's AIM (`snsynth.aim.AIMSynthesizer.AIM`, called on the
   integer-coded table with its ρ set to ours: its own ε→ρ conversion differs);
@@ -61,12 +61,13 @@ def _run_privq(domain, data, truth, rho, workload, system):  # type: ignore[no-u
     from aim import run_oneway
 
     from app.privacy.mechanisms import MechanismOptions, run_aim
+    from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 
     if system == "oneway":
         result = run_oneway(domain, truth, rho, MechanismOptions())
     else:
         # privq-paper: the paper's schedule (privq's AIM before init_share/noise_filter)
-        paper = {"init_share": None, "noise_filter": None} if system == "privq-paper" else {}
+        paper = PAPER_SCHEDULE if system == "privq-paper" else {}
         options = MechanismOptions(**paper)  # type: ignore[arg-type]
         result = run_aim(domain, truth, rho, workload, options=options)
     return lambda attrs: np.asarray(result.model.marginal(attrs), dtype=float).ravel()
@@ -146,6 +147,17 @@ def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]
     return {"tv": float(np.mean(errors)), "seconds": seconds}
 
 
+def ratio_interval(mine: list[float], theirs: list[float], draws: int = 4000) -> list[float]:
+    """90% bootstrap interval of median(mine) / median(theirs), each resampled from its
+    own runs (how far a few runs' medians can be trusted)."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(mine), np.asarray(theirs)
+    ratios = [
+        np.median(rng.choice(a, a.size)) / np.median(rng.choice(b, b.size)) for _ in range(draws)
+    ]
+    return [round(float(q), 3) for q in np.quantile(ratios, [0.05, 0.95])]
+
+
 def main() -> None:
     from app.privacy.accounting import rho_from_epsilon
 
@@ -153,6 +165,9 @@ def main() -> None:
     parser.add_argument("--tables", default="small-n,penguins,fair,anes96")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--peer-seeds", type=int, default=None, help="runs of snsynth and opendp (default --seeds)"
+    )
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--degrees", default="2,3", help="workload: all k-way marginals, k in")
@@ -165,9 +180,11 @@ def main() -> None:
     summary |= {"rho": rho, "degrees": args.degrees, "seeds": args.seeds, "tables": {}}
     for table in args.tables.split(","):
         medians: dict[str, float] = {}
+        samples: dict[str, list[float]] = {}
         for system in args.systems.split(","):
             runs = []
-            for seed in range(args.seeds):
+            peer = system in ("snsynth", "opendp")
+            for seed in range(args.peer_seeds if peer and args.peer_seeds else args.seeds):
                 with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                     runs.append(pool.submit(run_one, system, table, seed, rho, shared).result())
             tvs = [r["tv"] for r in runs]
@@ -182,10 +199,13 @@ def main() -> None:
             }
             print(json.dumps(line), flush=True)
             medians[system] = line["median_tv"]
-        peers = [medians[s] for s in ("snsynth", "opendp") if s in medians]
-        entry: dict[str, float] = dict(medians)
+            samples[system] = tvs
+        peers = [s for s in ("snsynth", "opendp") if s in medians]
+        entry: dict[str, Any] = dict(medians)
         if "privq" in medians and peers:
-            entry["privq_over_best_peer"] = medians["privq"] / min(peers)
+            best = min(peers, key=lambda s: medians[s])
+            entry["privq_over_best_peer"] = medians["privq"] / medians[best]
+            entry["privq_over_best_peer_90"] = ratio_interval(samples["privq"], samples[best])
         if "privq" in medians and "oneway" in medians:
             entry["privq_over_oneway"] = medians["privq"] / medians["oneway"]
         summary["tables"][table] = entry
