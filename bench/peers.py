@@ -66,7 +66,7 @@ def _run_privq(domain, data, truth, rho, workload, system):  # type: ignore[no-u
     if system == "oneway":
         result = run_oneway(domain, truth, rho, MechanismOptions())
     else:
-        # privq-paper: the paper's schedule (privq's AIM before init_share/noise_filter)
+        # privq-paper: the paper's schedule (aim.PAPER_SCHEDULE)
         paper = PAPER_SCHEDULE if system == "privq-paper" else {}
         options = MechanismOptions(**paper)  # type: ignore[arg-type]
         result = run_aim(domain, truth, rho, workload, options=options)
