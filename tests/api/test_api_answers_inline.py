@@ -15,8 +15,7 @@ import pytest
 from conftest import unique_name
 from test_api_answers import SCHEMA, _csv, fit_test_model
 
-from app.api import create_app, deps
-from app.api.routers import answers as answers_router
+from app.api import answering, create_app, deps
 from app.db import Database
 from app.services import answers
 from app.services.answers import queries as answer_queries
@@ -90,7 +89,7 @@ def test_small_answers_run_on_the_loop_and_large_ones_in_a_thread(
 
     for name in ("compute", "load"):
         threads[name].clear()
-    monkeypatch.setattr(answers_router, limit, 0)
+    monkeypatch.setattr(answering, limit, 0)
     offloaded = _ask(client, tenant, dataset)
     assert threads["compute"] and loop_thread not in threads["compute"]
     assert offloaded == inline
@@ -101,7 +100,7 @@ def test_a_large_batch_of_queries_runs_in_a_thread(client, fitted, threads, monk
     _ask(client, tenant, dataset)
     (loop_thread,) = threads["loop"]
     threads["compute"].clear()
-    monkeypatch.setattr(answers_router, "INLINE_MAX_QUERIES", 1)
+    monkeypatch.setattr(answering, "INLINE_MAX_QUERIES", 1)
     response = client.post(
         f"/v1/datasets/{dataset['id']}/queries",
         headers=tenant["headers"],
@@ -140,7 +139,7 @@ def test_large_answers_run_in_at_most_api_answer_threads_threads(
     fitted, settings, monkeypatch, answer_threads
 ) -> None:
     tenant, dataset = fitted
-    monkeypatch.setattr(answers_router, "INLINE_MAX_INTERMEDIATE_CELLS", 0)
+    monkeypatch.setattr(answering, "INLINE_MAX_INTERMEDIATE_CELLS", 0)
     running = 0
     most = 0
     lock = threading.Lock()

@@ -7,7 +7,7 @@ waits for nor holds the write lock. No database connection is held while inferen
 runs. Answers are built as plain JSON values by `app.services.answers` and
 sent as they are; the pydantic models below document them in OpenAPI only.
 
-Marginals, counts and factored queries are `async`: small ones (see `INLINE_*`) are
+Marginals, counts and factored queries are `async`: small ones (see `app.api.answering`) are
 answered on the event loop itself, because handing them to the thread pool — two
 thread switches under the GIL — costs more CPU than answering them. Anything larger,
 the first use of a model version (loading, belief propagation), and the version check
@@ -21,8 +21,7 @@ dataset); the admin may read every dataset's answers, as it may read the dataset
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -37,10 +36,11 @@ from pydantic import (
 )
 from starlette.concurrency import run_in_threadpool
 
+from app.api import answering
+from app.api.answering import answer, model_for
 from app.api.concurrency import run_answer
 from app.api.deps import (
     DatabaseDep,
-    DatasetAccess,
     DatasetAccessDep,
     PrincipalDep,
     SettingsDep,
@@ -75,21 +75,6 @@ INVALID = error_responses(
 )
 
 
-# Work answered on the event loop: at most this many cells in its largest intermediate
-# table and in its answer, and at most this many factored queries in one batch. The
-# rest goes to `run_answer`'s thread. On the 2M-row bench's 40-attribute model every
-# 3-way marginal is within these (largest table 5.0 million cells, 8,800 answer cells)
-# and took at most ~10 ms; the median 0.8 ms. A thread buys no throughput here (the
-# work holds the interpreter lock) and costs a hop and lock hand-offs: it is there to
-# keep a larger answer from stalling every other request on the loop.
-INLINE_MAX_INTERMEDIATE_CELLS = 8_000_000
-INLINE_MAX_ANSWER_CELLS = 20_000
-# …and at most this many cells spanned by its steps in all (a sliced plan repeats its
-# steps per slice): the bench's 3-way marginals span up to 20 million.
-INLINE_MAX_WORK_CELLS = 32_000_000
-INLINE_MAX_QUERIES = 16
-
-Result = TypeVar("Result")
 MOMENT_ORDER = NumberRange("moment", ge=1, le=answers.MAX_MOMENT_ORDER, whole=True)
 SYNTHETIC_ROWS = NumberRange("rows", ge=0, le=answers.MAX_SYNTHETIC_ROWS, whole=True)
 SEED = NumberRange("seed", ge=0, le=2**63 - 1, whole=True)
@@ -115,33 +100,6 @@ async def _ready_model(
     if loaded is None:
         loaded = await run_in_threadpool(answers.load_ready_model, database, dataset_id, version)
     return loaded
-
-
-async def _model_for(database: DatabaseDep, access: DatasetAccess) -> LoadedModel:
-    """The version `access` found, loaded and calibrated (in a thread, the first time)."""
-    if access.version is None:
-        raise model_service.NoModel()
-    loaded = answers.ready_model(access.dataset_id, access.version)
-    if loaded is None:
-        loaded = await run_in_threadpool(
-            answers.load_ready_model, database, access.dataset_id, access.version
-        )
-    return loaded
-
-
-def _small(size: answers.WorkSize) -> bool:
-    return (
-        size.intermediate_cells <= INLINE_MAX_INTERMEDIATE_CELLS
-        and size.work_cells <= INLINE_MAX_WORK_CELLS
-        and size.answer_cells <= INLINE_MAX_ANSWER_CELLS
-    )
-
-
-async def _answer(size: answers.WorkSize, compute: Callable[[], Result]) -> Result:
-    """Compute on the loop if the work is small, else in an answer thread."""
-    if _small(size):
-        return compute()
-    return await run_answer(compute)
 
 
 # ---- request bodies -----------------------------------------------------------------
@@ -297,7 +255,7 @@ class AnswersOut(BaseModel):
 @router.get("/model", response_model=None, responses={200: {"model": ModelOut}, **NOT_FOUND})
 async def read_model(database: DatabaseDep, access: DatasetAccessDep) -> SafeJSONResponse:
     """The latest model version: cliques, fit figures and the measurements it covers."""
-    loaded = await _model_for(database, access)
+    loaded = await model_for(database, access)
     return SafeJSONResponse(answers.model_description(loaded))
 
 
@@ -316,11 +274,11 @@ async def read_marginals(
     ],
 ) -> Response:
     """The model's marginal over `attrs` (free: answered from the model, no budget spent)."""
-    loaded = await _model_for(database, access)
+    loaded = await model_for(database, access)
     names = answers.parse_attribute_list(loaded.schema, attrs)
     max_cells = settings.max_marginal_cells
     size = answers.marginal_size(loaded, names, max_cells=max_cells)
-    body = await _answer(size, lambda: answers.marginal_json(loaded, names, max_cells=max_cells))
+    body = await answer(size, lambda: answers.marginal_json(loaded, names, max_cells=max_cells))
     return Response(
         body,
         media_type="application/json",
@@ -346,10 +304,10 @@ async def read_count(
     ] = [],  # noqa: B006 — FastAPI copies query defaults
 ) -> SafeJSONResponse:
     """The model's count of records matching every filter (free)."""
-    loaded = await _model_for(database, access)
+    loaded = await model_for(database, access)
     count = answers.count_query(loaded, where)
     size = answers.count_size(loaded, count)
-    response = await _answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
+    response = await answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
     return mark_unmeasured(response, unmeasured_attributes(loaded, count.attributes))
 
 
@@ -370,13 +328,13 @@ async def answer_queries(
     loaded = await _ready_model(request, database, principal, dataset_id)
     specs = [query.to_spec() for query in body.queries]
     max_cells = settings.max_marginal_cells
-    if len(specs) > INLINE_MAX_QUERIES:
+    if len(specs) > answering.INLINE_MAX_QUERIES:
         response = await run_answer(
             lambda: SafeJSONResponse(answers.queries_answer(loaded, specs, max_cells=max_cells))
         )
     else:
         batch = answers.prepare_queries(loaded, specs, max_cells=max_cells)
-        response = await _answer(
+        response = await answer(
             batch.size, lambda: SafeJSONResponse(answers.answer_prepared(loaded, batch))
         )
     mentioned = [

@@ -14,9 +14,9 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.answering import answer, model_for
 from app.api.deps import DatabaseDep, DatasetAccessDep, ReadsDep, SettingsDep
 from app.api.responses import SafeJSONResponse
-from app.api.routers.answers import _answer, _model_for
 from app.api.schemas import RequestBody, error_responses
 from app.api.unmeasured import DOCUMENTED, mark_unmeasured
 from app.services import answers
@@ -87,12 +87,12 @@ async def answer_sql(
 ) -> Response:
     """A SQL SELECT answered from the model (free): grouped COUNT/SUM/AVG/VAR/STDDEV."""
     statement = answers.read_sql(body.query)
-    loaded = await _model_for(database, access)
+    loaded = await model_for(database, access)
     names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
     prepared = answers.prepare_sql(
         loaded, statement, table_names=names, max_cells=settings.max_marginal_cells
     )
-    result = await _answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
+    result = await answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
     if _wants_csv(request):
         csv = Response(
             answers.sql_csv(result),
