@@ -30,8 +30,8 @@ from app.privacy.accounting import epsilon_from_rho
 from app.privacy.expected_error import expected_abs_error
 from app.privacy.mechanisms.aim import aim_schedule
 from app.privacy.mechanisms.budget import split_round
-from app.privacy.mechanisms.engine import MechanismOptions
 from app.privacy.mechanisms.mwem import mwem_rounds
+from app.privacy.mechanisms.options import MechanismOptions
 from app.services import ledger, unit_accounting
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service

@@ -157,13 +157,15 @@ def current_schedule() -> dict[str, float | None]:
         "init_share": defaults.init_share,
         "noise_filter": defaults.noise_filter,
         "rounds_per_attribute": defaults.rounds_per_attribute,
+        "anneal_factor": defaults.anneal_factor,
     }
 
 
 def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     """The schedule a job was submitted with. One stored without a schedule began before
-    AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); one stored without
-    `rounds_per_attribute` began with 16·d rounds, the default then."""
+    AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); a key missing from a
+    stored schedule takes the paper's value, the default when it was stored (16·d
+    rounds without `rounds_per_attribute`, σ halved without `anneal_factor`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 

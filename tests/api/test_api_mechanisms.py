@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Any
 
@@ -112,14 +113,16 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The schedule is kept in the job: a later build's defaults never meet rounds drawn
-    under another (one stored without `rounds_per_attribute` ran 16·d rounds, the default
-    then), and a job stored before jobs kept one runs the paper's."""
-    seen: list[tuple[float | None, float | None, int]] = []
+    under another (one stored without `rounds_per_attribute` ran 16·d rounds, and one
+    without `anneal_factor` halved σ, the defaults then), and a job stored before jobs
+    kept one runs the paper's."""
+    seen: list[tuple[float | None, float | None, int, float]] = []
     real = mechanism_service.RUNNERS["aim"]
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         options = kwargs["options"]
-        seen.append((options.init_share, options.noise_filter, options.rounds_per_attribute))
+        schedule = (options.init_share, options.noise_filter, options.rounds_per_attribute)
+        seen.append((*schedule, options.anneal_factor))
         return real(*args, **kwargs)
 
     monkeypatch.setitem(mechanism_service.RUNNERS, "aim", spy)
@@ -139,8 +142,9 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 2
     assert job_row(database, kept).status == "succeeded"
     assert job_row(database, old).status == "succeeded"
-    assert seen == [(0.3, 0.7, 16), (None, None, 16)]
-    assert mechanism_service.current_schedule()["rounds_per_attribute"] == 4
+    assert seen == [(0.3, 0.7, 16, 2.0), (None, None, 16, 2.0)]
+    current = mechanism_service.current_schedule()
+    assert current["rounds_per_attribute"] == 4 and current["anneal_factor"] == math.sqrt(2.0)
 
 
 def test_mechanism_requests_are_validated_before_charging(

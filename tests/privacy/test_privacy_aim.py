@@ -47,6 +47,7 @@ def test_schedule_initialisation_and_annealing() -> None:
         init_share=None,
         noise_filter=None,
         rounds_per_attribute=16,
+        anneal_factor=2.0,
         **FAST,  # type: ignore[arg-type]
     )
     result = run_aim(DOMAIN, truth, rho, ALL_PAIRS[:6], options=paper)

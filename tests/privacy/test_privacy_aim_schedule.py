@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
 import pytest
@@ -24,7 +24,7 @@ from app.privacy.mechanisms.budget import round_cost
 from app.privacy.mechanisms.rounds import Round
 from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
 
-PAPER = {"init_share": None, "noise_filter": None, "rounds_per_attribute": 16}
+PAPER = {"init_share": None, "noise_filter": None, "rounds_per_attribute": 16, "anneal_factor": 2}
 
 
 def test_init_share_splits_the_oneway_round_by_cells_to_the_two_thirds() -> None:
@@ -166,7 +166,8 @@ def test_small_n_run_measures_only_what_its_noise_allows(share: float) -> None:
     for r in selected:
         if not r.final:  # (a final round is solved from what is left)
             assert SQRT_2_OVER_PI * r.sigma * r.values.size <= 0.5 * rows
-            ratio = math.log2(sigma1 / r.sigma)  # σ only halves (annealing, some free)
+            # σ only falls by annealing: steps of √2 (anneal_factor) or 2 (free)
+            ratio = 2.0 * math.log2(sigma1 / r.sigma)
             assert ratio == pytest.approx(round(ratio)) and ratio >= 0
     # what is left re-measures every one-way marginal, no selection; the last is final
     assert [r.attributes for r in rest] in ([], oneway)
@@ -243,3 +244,62 @@ def test_default_schedule_runs_four_rounds_per_attribute() -> None:
     assert aim_schedule(DOMAIN, rho, MechanismOptions(rounds=7))[0] == 7
     with pytest.raises(ValueError, match="rounds_per_attribute"):
         MechanismOptions(rounds_per_attribute=0)
+
+
+def _steps(rounds: list[Round]) -> list[tuple[float, float, bool]]:
+    """(σ ratio, ε ratio, annealed) between consecutive selection rounds before the last."""
+    selects = [r for r in rounds if r.kind == "select+measure" and not r.final]
+    return [
+        (prev.sigma / cur.sigma, cur.epsilon / prev.epsilon, cur.annealed)
+        for prev, cur in pairwise(selects)
+    ]
+
+
+@pytest.mark.parametrize("factor", [None, 2.0])
+def test_annealing_steps_by_the_anneal_factor_and_free_annealing_halves(
+    factor: float | None,
+) -> None:
+    """Once a measurement stops moving the model, σ falls by `anneal_factor` (√2 by
+    default, the paper's 2) and ε rises by as much; the noise filter's free annealing,
+    between two rounds, still halves σ. So between two rounds σ falls by step^a·2^b."""
+    extra = {} if factor is None else {"anneal_factor": factor}
+    options = MechanismOptions(**extra, **FAST)  # type: ignore[arg-type]
+    step = options.anneal_factor
+    assert step == (math.sqrt(2.0) if factor is None else factor)
+    steps: list[tuple[float, float, bool]] = []
+    for seed in range(4):
+        result = run_aim(DOMAIN, synthetic(seed), 0.3, ALL_PAIRS, options=options)
+        steps += _steps(result.rounds)
+        assert result.rho_used == pytest.approx(0.3, rel=1e-9)
+    annealed = [(s, e) for s, e, a in steps if a]
+    assert all(s == 1.0 and e == 1.0 for s, e, a in steps if not a)
+    assert annealed, "no run annealed: the test table no longer exercises annealing"
+    for sigma_ratio, epsilon_ratio in annealed:
+        assert epsilon_ratio == pytest.approx(sigma_ratio, rel=1e-12)
+        halvings = math.log2(sigma_ratio)
+        data_step = halvings - math.floor(halvings + 1e-9)  # what is left after the 2s
+        assert data_step == pytest.approx(0.0, abs=1e-9) or (
+            2.0**data_step == pytest.approx(step, rel=1e-9)
+        )
+    if factor is None:  # the default's √2 step was taken (a paper run only halves)
+        assert any(s == pytest.approx(math.sqrt(2.0), rel=1e-12) for s, _ in annealed)
+
+
+def test_options_refuse_an_anneal_factor_that_does_not_lower_sigma() -> None:
+    for bad in (1.0, 0.5, math.inf, math.nan):
+        with pytest.raises(ValueError, match="anneal_factor"):
+            MechanismOptions(anneal_factor=bad)
+
+
+def test_the_noise_filters_free_annealing_halves_sigma() -> None:
+    """Where nothing multi-way passes the noise filter at the first selection's σ, σ is
+    halved (not divided by `anneal_factor`) until something does, before any access."""
+    domain, truth = _scarce_table(rows=1000)
+    rho = 0.05
+    options = MechanismOptions(noise_filter=0.15, **FAST)  # type: ignore[arg-type]
+    oneway = [(a,) for a in domain.attributes]
+    _, sigma1, epsilon1 = initial_schedule(domain, rho, oneway, options)
+    result = run_aim(domain, truth, rho, list(combinations(domain.attributes, 2)), options=options)
+    first = next(r for r in result.rounds if r.kind == "select+measure")
+    assert not first.final and first.annealed
+    assert first.sigma == sigma1 / 2.0 and first.epsilon == epsilon1 * 2.0

@@ -23,12 +23,12 @@ from app.privacy.mechanisms.bounds import (
     theorem4_bound,
 )
 from app.privacy.mechanisms.engine import (
-    MechanismOptions,
     MechanismResult,
     Progress,
     RoundAccess,
 )
 from app.privacy.mechanisms.mwem import run_mwem
+from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Round, RoundsMismatch
 
 __all__ = [

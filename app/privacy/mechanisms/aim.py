@@ -23,7 +23,11 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
 - T = 4·d rounds at most (`options.rounds_per_attribute`; the paper's 16·d), so a
   selection round starts at four times the paper's ρ: its exponential mechanism (ε
   twice the paper's) tells candidates apart at half the rows, and annealing has fewer
-  halvings to make.
+  steps to make.
+- Annealing divides σ by √2 and multiplies ε by √2 (`options.anneal_factor`; the
+  paper's 2), so a round after it costs twice the last instead of four times: where
+  the model stops learning at one noise level, the next rounds measure more marginals
+  at a noise level between the two (docs/mechanisms.md has the figures).
 - The one-way round spends β·ρ (`options.init_share`, 0.2), split over the one-way
   marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
@@ -31,7 +35,8 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
   offers candidates whose expected noise √(2/π)·σ·n_r, plus what the exponential
   mechanism may miss by, is at most `options.noise_filter`·N̂; while no candidate of
-  two or more attributes passes, σ is halved before the round's access (nothing read).
+  two or more attributes passes, σ is halved (`FREE_ANNEAL_FACTOR`) before the
+  round's access (nothing read).
   The last selection round costs an ordinary round (the paper's final round only
   within half a round of the end) and what is left re-measures every one-way marginal
   (n^(2/3) split, no selection; "measure" rounds, the last one final); so does all of
@@ -59,12 +64,12 @@ from app.pgm.domain import Domain
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
 from app.privacy.mechanisms.budget import round_cost, split_round
 from app.privacy.mechanisms.engine import (
-    MechanismOptions,
     MechanismResult,
     MechanismRun,
     RunArguments,
     TrueMarginal,
 )
+from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
 from app.privacy.mechanisms.workload import candidate_weights, normalise_workload, size_filter
 
@@ -76,7 +81,15 @@ PAPER_SCHEDULE: dict[str, float | None] = {
     "init_share": None,
     "noise_filter": None,
     "rounds_per_attribute": 16,
+    "anneal_factor": 2.0,
 }
+
+# The noise filter's own annealing, before any access while nothing multi-way passes it,
+# halves σ whatever `options.anneal_factor` is: it looks for a noise level at which a
+# marginal is measurable at all, and a step of 2 keeps a round that the budget can only
+# just afford (and that would measure one marginal at the edge of usefulness) from
+# replacing the one-way rest. (On 944 rows at ε = 0.1, a √2 step here cost 3%.)
+FREE_ANNEAL_FACTOR = 2.0
 
 
 def _paper_schedule(
@@ -309,6 +322,7 @@ def run_aim(
         run.refit()
 
     sigma, epsilon, annealed, done = sigma0, epsilon0, False, False
+    step = options.anneal_factor
     rows = estimated_rows(run.rounds[:d1])
     last = run.rounds[-1]
     if rest_start:
@@ -318,7 +332,7 @@ def run_aim(
     elif last.kind == "select+measure":
         sigma, epsilon, done = last.sigma, last.epsilon, last.final
         if not done and _anneal(run, last):
-            sigma, epsilon, annealed = sigma / 2.0, epsilon * 2.0, True
+            sigma, epsilon, annealed = sigma / step, epsilon * step, True
     skipped = False  # the last σ change was a free annealing (nothing was measurable)
     while not done:
         remaining = run.ledger.remaining
@@ -363,7 +377,8 @@ def run_aim(
                 if closing:
                     measure_rest(len(run.rounds))
                     break
-                sigma, epsilon, annealed, skipped = sigma / 2.0, epsilon * 2.0, True, True
+                free = FREE_ANNEAL_FACTOR
+                sigma, epsilon, annealed, skipped = sigma / free, epsilon * free, True, True
                 continue
             candidates = affordable
         skipped = False
@@ -387,5 +402,5 @@ def run_aim(
         run.refit()
         annealed = _anneal(run, record)
         if annealed:
-            sigma, epsilon = sigma / 2.0, epsilon * 2.0
+            sigma, epsilon = sigma / step, epsilon * step
     return run.finish(weights)

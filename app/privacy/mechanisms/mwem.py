@@ -22,12 +22,12 @@ from typing import Unpack
 from app.pgm.domain import Domain
 from app.privacy.mechanisms.budget import split_round
 from app.privacy.mechanisms.engine import (
-    MechanismOptions,
     MechanismResult,
     MechanismRun,
     RunArguments,
     TrueMarginal,
 )
+from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Round, RoundsMismatch
 from app.privacy.mechanisms.workload import check_workload, normalise_workload, size_filter
 

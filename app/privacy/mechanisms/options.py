@@ -1,0 +1,90 @@
+"""The knobs of a mechanism run (AIM's schedule, the fits between rounds), validated.
+
+Everything here must be the same when a run is resumed: the service keeps AIM's
+schedule fields with the job (`app.services.mechanisms`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.privacy.accounting import check_sensitivity
+
+
+@dataclass(frozen=True)
+class MechanismOptions:
+    """Knobs of a run. Everything here must be the same when a run is resumed."""
+
+    max_model_cells: int = 10**7
+    rounds: int | None = None  # AIM: T (default rounds_per_attribute·d); MWEM: T (default d)
+    rounds_per_attribute: int = 4  # AIM's T per attribute (the paper's: 16)
+    # AIM's annealing step: once a measurement no longer moves the model by more than its
+    # noise, σ is divided and ε multiplied by this (the paper's 2), so a round costs
+    # anneal_factor² times the last (app.privacy.mechanisms.aim).
+    anneal_factor: float = math.sqrt(2.0)
+    # k, the rows one privacy unit may hold: every marginal's sensitivity (σ is k times a
+    # record-level round's for the same ρ) and the factor on the selection scores'.
+    sensitivity: int = 1
+    measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
+    # AIM: share of ρ its one-way initialisation spends (None: the paper's α·d/T), and
+    # the noise filter: a candidate r is left out of a round while its expected noise
+    # √(2/π)·σ·n_r exceeds `noise_filter` × N̂ (N̂: the rows the one-way round implies);
+    # None: no filter and the paper's final round (app.privacy.mechanisms.aim, and
+    # docs/mechanisms.md for the figures behind these values).
+    init_share: float | None = 0.2
+    noise_filter: float | None = 0.5
+    confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
+    # Fits between rounds steer selection and annealing. "auto" here: while the model is
+    # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
+    # convergence, so selection sees the model the measurements really imply (on Adult,
+    # ε = 1, the workload error fell from 0.0416, median of 3 runs, to 0.0375, median of
+    # 6; with ADMM only up to 50,000 cells it was 0.0403); above, a warm-started mirror-descent fit
+    # of at most `fit_iterations` iterations, stopped early at `round_fit_tolerance`
+    # (each round adds one measurement, and its cost is linear in the model's cells).
+    # The final fit, which the result and the bounds refer to, runs app.pgm's default
+    # solver to convergence.
+    fit_solver: str | None = "auto"
+    round_admm_max_cells: int = 200_000
+    fit_iterations: int = 300
+    # A between-round mirror-descent fit is also bounded by its work, cells × iterations:
+    # at most `round_fit_work` (and at least `round_min_iterations` iterations), so a
+    # round costs about the same on a large model as on a small one instead of growing
+    # with it (mirror descent does ~0.15 µs of work a cell-iteration on 2 cores).
+    round_fit_work: int = 5_000_000
+    round_min_iterations: int = 10
+    # ADMM's cost is its sparse factorisation, which grows with the tree's separators,
+    # not only its cells: at 150k cells it took 0.8 s on Adult but 3 s (twice a fit) on a
+    # 40-attribute table. Once a between-round ADMM fit takes longer than this, the
+    # run's later between-round fits use bounded mirror descent (models only grow within
+    # a run). Runs with few rounds on small models, like Adult's, never reach it.
+    round_admm_seconds: float = 2.0
+    final_fit_solver: str | None = None  # None: app.pgm's default
+    final_fit_iterations: int = 500
+    fit_tolerance: float = 1e-7  # of the final fit
+    round_fit_tolerance: float = 1e-4  # of mirror-descent fits between rounds
+    # Called after every iteration of every fit (a fit reads no records and spends
+    # nothing, so it may stop there: a worker asked to stop raises out of it).
+    checkpoint: Callable[[], None] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_model_cells < 1:
+            raise ValueError("max_model_cells must be positive")
+        if (self.rounds is not None and self.rounds < 1) or self.rounds_per_attribute < 1:
+            raise ValueError("rounds and rounds_per_attribute must be positive")
+        if not (math.isfinite(self.anneal_factor) and self.anneal_factor > 1.0):
+            raise ValueError("anneal_factor must be a finite number above 1")
+        check_sensitivity(self.sensitivity)
+        if not 0.0 < self.measure_share < 1.0:
+            raise ValueError("measure_share must be in (0, 1)")
+        if self.init_share is not None and not 0.0 < self.init_share < 1.0:
+            raise ValueError("init_share must be in (0, 1)")
+        if self.noise_filter is not None and not self.noise_filter > 0.0:
+            raise ValueError("noise_filter must be positive")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError("confidence must be in (0, 1)")
+        if self.round_fit_work < 1 or self.round_min_iterations < 1:
+            raise ValueError("round_fit_work and round_min_iterations must be positive")
+        if not self.round_admm_seconds > 0.0:
+            raise ValueError("round_admm_seconds must be positive")
