@@ -96,6 +96,25 @@ def test_padded_ids_are_the_same_unit() -> None:
     assert table.rows == 1
 
 
+# Every character Python's str.strip() removes, but the line ends (CSV quoting keeps them
+# out of the way only inside quotes, and a padded id is rarely quoted).
+WHITESPACE = [chr(i) for i in range(0x3001) if chr(i).isspace() and chr(i) not in "\r\n"]
+
+
+@pytest.mark.parametrize("quoted", [False, True])
+def test_ids_padded_with_any_whitespace_are_one_unit_on_every_path(quoted: bool) -> None:
+    """The fast CSV path (Arrow's trim), the exact one (str.strip) and Parquet agree."""
+    spelled = [f"{c}7{c}" for c in WHITESPACE] + ["7"]
+    cell = '"{}"' if quoted else "{}"
+    data = ("person,tag,x\n" + "".join(f"{cell.format(p)},a,1\n" for p in spelled)).encode()
+    assert len(WHITESPACE) > 20
+    unit = PrivacyUnit("person", 1)
+    for stream in (io.BytesIO(data), io.BufferedReader(OneWay(data))):
+        assert encode_upload(stream, SCHEMA, unit=unit).rows == 1  # type: ignore[arg-type]
+    rows = [(p, "a", 1) for p in spelled]
+    assert encode_upload(parquet(rows), SCHEMA, unit=unit).rows == 1
+
+
 def test_kept_rows_are_a_uniform_choice() -> None:
     # One unit of 5 rows, k = 2: each row is kept with probability 2/5, each pair 1/10.
     groups = np.zeros(5, dtype=np.int64)
