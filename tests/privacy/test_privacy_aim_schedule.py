@@ -85,6 +85,52 @@ def test_noise_filter_counts_what_a_weak_selection_may_miss_by() -> None:
     assert noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.04)) == [("a", "b")]
 
 
+def test_noise_filter_weighs_the_selection_by_what_its_noise_leaves_measurable() -> None:
+    """With a 3-way workload the triples weigh most; where their noise alone rules them
+    out, the exponential mechanism never sees them, so Δ is the heaviest of the rest
+    (|C| still counts every candidate: at least what the mechanism chooses from)."""
+    domain = Domain(("a", "b", "c", "d"), (2, 2, 30, 30))
+    pairs = [("a", "b"), ("a", "c")]
+    triples = [("a", "c", "d"), ("b", "c", "d")]  # 1,800 cells: noise alone above 0.5·N̂
+    candidates = [("a",), ("b",), *pairs, *triples]
+    weights = {("a",): 3.0, ("b",): 3.0, ("a", "b"): 6.0, ("a", "c"): 6.0}
+    weights |= dict.fromkeys(triples, 40.0)
+    sigma, rows, epsilon = 1.0, 1000.0, 0.04
+    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, epsilon))
+    reach = 2.0 * 6.0 * math.log(len(candidates)) / epsilon  # Δ = 6, not 40
+    expected = [
+        r
+        for r in candidates
+        if SQRT_2_OVER_PI * sigma * domain.cells(r) + reach / weights[r] <= 500
+    ]
+    assert kept == expected and ("a", "b") in kept and not set(triples) & set(kept)
+    # with Δ = 40, the triples' weight, every pair was out
+    old_reach = 2.0 * 40.0 * math.log(len(candidates)) / epsilon
+    assert all(SQRT_2_OVER_PI * sigma * domain.cells(r) + old_reach / 6.0 > 500 for r in pairs)
+    # the mechanism's own sensitivity, the heaviest kept candidate, is within the Δ assumed
+    assert max(weights[r] for r in kept) <= 6.0
+    # where nothing is measurable on its noise alone, nothing is kept (and nothing fails)
+    assert noise_filter(domain, candidates, 400.0, rows, 0.5, (weights, epsilon)) == []
+
+
+def test_a_three_way_workload_still_measures_pairs() -> None:
+    """All 2- and 3-way marginals of 500 rows, whose triples are too noisy to measure:
+    AIM measures pairs. (While the triples' weight set Δ, no pair passed the noise
+    filter: 0 pairs in 40 runs; now about 9 runs in 10 measure one, so five runs
+    without a pair would fail about once in 10⁵.)"""
+    domain, truth = _scarce_table(rows=500)
+    workload = [c for k in (2, 3) for c in combinations(domain.attributes, k)]
+    options = MechanismOptions(**FAST)  # type: ignore[arg-type]
+    pairs = 0
+    for _ in range(5):
+        result = run_aim(domain, truth, 0.02, workload, options=options)
+        pairs += sum(
+            1 for r in result.rounds if r.kind == "select+measure" and len(r.attributes) > 1
+        )
+        assert result.rho_used == pytest.approx(0.02, rel=1e-9)
+    assert pairs > 0
+
+
 def test_topup_follows_a_noisy_oneway_round_only() -> None:
     rho = 0.02
     options = MechanismOptions(init_share=0.2)

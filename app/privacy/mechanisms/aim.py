@@ -208,22 +208,30 @@ def noise_filter(
 
     The error is the measurement's expected noise √(2/π)·σ·n_r plus, given `selection`
     = (weights w, ε), what the exponential mechanism may miss by in choosing it: its
-    quality is within 2Δ·ln|C|/ε of the best (Δ = max w over the candidates C), which
-    is 2Δ·ln|C|/(ε·w_r) in r's L1 error. A measurement whose noise is comparable to the
-    rows cannot improve the model (its quality w_r(‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ·n_r)
-    is below zero once the noise exceeds 2N), yet at a small ε the exponential mechanism
-    picks it almost as often as a useful one. N̂ comes from released measurements and
-    the rest from public sizes and the round's ε, so this costs nothing.
+    quality is within 2Δ·ln|C|/ε of the best, which is 2Δ·ln|C|/(ε·w_r) in r's L1
+    error. C is every candidate (at least as many as the mechanism will choose from) and
+    Δ the largest weight among those whose noise alone is within `factor`·N̂: the
+    mechanism's sensitivity is the largest weight of what this filter returns, never of
+    a candidate the noise already rules out (with a 3-way workload those are the
+    heaviest, the triples, whose weight once kept every pair out). A measurement whose
+    noise is comparable to the rows cannot improve the model (its quality
+    w_r(‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ·n_r) is below zero once the noise exceeds 2N),
+    yet at a small ε the exponential mechanism picks it almost as often as a useful one.
+    N̂ comes from released measurements and the rest from public sizes and the round's
+    ε, so this costs nothing.
     """
     if factor is None or not candidates:
         return list(candidates)
     limit = factor * rows
+    noise = {r: SQRT_2_OVER_PI * sigma * domain.cells(r) for r in candidates}
     slack = dict.fromkeys(candidates, 0.0)
     if selection is not None:
         weights, epsilon = selection
-        reach = 2.0 * max(weights[r] for r in candidates) * math.log(len(candidates)) / epsilon
+        measurable = [r for r in candidates if noise[r] <= limit] or candidates
+        heaviest = max(weights[r] for r in measurable)
+        reach = 2.0 * heaviest * math.log(len(candidates)) / epsilon
         slack = {r: reach / weights[r] for r in candidates}
-    return [r for r in candidates if SQRT_2_OVER_PI * sigma * domain.cells(r) + slack[r] <= limit]
+    return [r for r in candidates if noise[r] + slack[r] <= limit]
 
 
 def _anneal(run: MechanismRun, last: Round) -> bool:
