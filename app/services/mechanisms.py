@@ -151,14 +151,10 @@ def plan(
 
 
 def current_schedule() -> dict[str, float | None]:
-    """This build's AIM schedule (MechanismOptions' defaults), kept in a job's params."""
+    """This build's AIM schedule, kept in a job's params: MechanismOptions' defaults of
+    the fields `PAPER_SCHEDULE` names (the schedule's fields are named once, there)."""
     defaults = MechanismOptions()
-    return {
-        "init_share": defaults.init_share,
-        "noise_filter": defaults.noise_filter,
-        "rounds_per_attribute": defaults.rounds_per_attribute,
-        "anneal_factor": defaults.anneal_factor,
-    }
+    return {name: getattr(defaults, name) for name in PAPER_SCHEDULE}
 
 
 def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:

@@ -213,7 +213,7 @@ def noise_filter(
     Δ the largest weight among those whose noise alone is within `factor`·N̂: the
     mechanism's sensitivity is the largest weight of what this filter returns, never of
     a candidate the noise already rules out (with a 3-way workload those are the
-    heaviest, the triples, whose weight once kept every pair out). A measurement whose
+    heaviest, the triples, whose weight would keep every pair out). A measurement whose
     noise is comparable to the rows cannot improve the model (its quality
     w_r(‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ·n_r) is below zero once the noise exceeds 2N),
     yet at a small ε the exponential mechanism picks it almost as often as a useful one.
