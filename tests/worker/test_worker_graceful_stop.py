@@ -248,8 +248,8 @@ def test_sigterm_during_aim_stops_between_rounds_and_nothing_is_drawn_twice(
         now = stored(database, job_id)
         assert now[: len(before)] == before  # nothing stored was drawn again
         before = now
-
-    run_to_the_end(database, database_url, job_id)
+    else:
+        run_to_the_end(database, database_url, job_id)
     after = stored(database, job_id)
     assert after[: len(before)] == before  # the stored rounds were replayed, not redrawn
     assert [position for position, _, _ in after] == list(range(len(after)))
