@@ -2,7 +2,8 @@
 
 Systems, all at the same ρ on the same table, domain and workload:
 
-- `privq`: app.privacy.mechanisms.run_aim in-process, default options;
+- `privq`: app.privacy.mechanisms.run_aim in-process, default options (`--options`
+  overrides them, for privq and privq-paper);
 - `privq-paper`: the same with the paper's schedule (`aim.PAPER_SCHEDULE`: no
   one-way share of its own, no noise filter, T = 16·d);
 - `oneway`: every one-way marginal with an equal share of ρ, one fit (the baseline);
@@ -62,7 +63,7 @@ def _workload(attributes: tuple[str, ...], degrees: list[int]) -> list[tuple[str
     return [c for k in degrees for c in combinations(attributes, min(k, len(attributes)))]
 
 
-def _run_privq(domain, data, truth, rho, workload, system):  # type: ignore[no-untyped-def]
+def _run_privq(domain, data, truth, rho, workload, system, overrides):  # type: ignore[no-untyped-def]
     from aim import run_oneway
 
     from app.privacy.mechanisms import MechanismOptions, run_aim
@@ -73,7 +74,7 @@ def _run_privq(domain, data, truth, rho, workload, system):  # type: ignore[no-u
     else:
         # privq-paper: the paper's schedule (aim.PAPER_SCHEDULE)
         paper = PAPER_SCHEDULE if system == "privq-paper" else {}
-        options = MechanismOptions(**paper)  # type: ignore[arg-type]
+        options = MechanismOptions(**(paper | overrides))  # type: ignore[arg-type]
         result = run_aim(domain, truth, rho, workload, options=options)
     return lambda attrs: np.asarray(result.model.marginal(attrs), dtype=float).ravel()
 
@@ -139,7 +140,7 @@ def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]
     shuffled = [workload[i] for i in order]
     started = time.perf_counter()
     if system in ("privq", "privq-paper", "oneway"):
-        estimate = _run_privq(domain, data, truth, rho, shuffled, system)
+        estimate = _run_privq(domain, data, truth, rho, shuffled, system, args["options"])
     elif system == "snsynth":
         estimate = _run_snsynth(domain, data, rho, shuffled)
     elif system == "opendp":
@@ -193,12 +194,23 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=1e-6)
     parser.add_argument("--degrees", default="2,3", help="workload: all k-way marginals, k in")
     parser.add_argument("--rows", type=int, default=None, help="rows of each table (subsample)")
+    parser.add_argument(
+        "--options",
+        type=json.loads,
+        default={},
+        help="MechanismOptions fields for privq and privq-paper, as JSON: '{\"noise_filter\": 2}'",
+    )
     args = parser.parse_args()
     rho = rho_from_epsilon(args.epsilon, args.delta)
-    shared = {"rows": args.rows, "degrees": [int(k) for k in args.degrees.split(",")]}
+    shared = {
+        "rows": args.rows,
+        "degrees": [int(k) for k in args.degrees.split(",")],
+        "options": args.options,
+    }
     context = multiprocessing.get_context("spawn")
     summary: dict[str, Any] = {"bench": "peers", "epsilon": args.epsilon, "delta": args.delta}
-    summary |= {"rho": rho, "degrees": args.degrees, "seeds": args.seeds, "tables": {}}
+    summary |= {"rho": rho, "degrees": args.degrees, "seeds": args.seeds}
+    summary |= {"options": args.options, "tables": {}}
     for table in args.tables.split(","):
         medians: dict[str, float] = {}
         samples: dict[str, list[float]] = {}
