@@ -161,7 +161,8 @@ def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     """The schedule a job was submitted with. One stored without a schedule began before
     AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); a key missing from a
     stored schedule takes the paper's value, the default when it was stored (16·d
-    rounds without `rounds_per_attribute`, σ halved without `anneal_factor`)."""
+    rounds without `rounds_per_attribute`, σ halved without `anneal_factor`, a noise
+    filter never widened without `wide_filter_share`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 

@@ -10,13 +10,17 @@ import pytest
 
 from app.pgm.domain import Domain
 from app.privacy.mechanisms import MechanismOptions, run_aim
+from app.privacy.mechanisms import aim as aim_module
 from app.privacy.mechanisms.aim import (
     TOPUP_MAX,
     TOPUP_TV,
+    WIDE_FILTER_FACTOR,
     aim_schedule,
     estimated_rows,
+    filter_factor,
     initial_schedule,
     noise_filter,
+    oneway_noise_share,
     topup_sigmas,
 )
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
@@ -158,6 +162,71 @@ def test_topup_follows_a_noisy_oneway_round_only() -> None:
     )
     assert topup_sigmas(DOMAIN, rho, init(30_000), options) == {}
     assert topup_sigmas(DOMAIN, rho, noisy, MechanismOptions(**PAPER)) == {}  # type: ignore[arg-type]
+
+
+def _oneway_round(rows: int, options: MechanismOptions, rho: float = 0.02) -> list[Round]:
+    """DOMAIN's one-way round as `options` schedules it, each marginal `rows` rows flat."""
+    oneway = [(a,) for a in DOMAIN.attributes]
+    sigmas, _, _ = initial_schedule(DOMAIN, rho, oneway, options)
+    return [
+        Round(
+            0,
+            "measure",
+            r,
+            sigmas[r],
+            0.0,
+            round_cost(sigmas[r], 0.0),
+            np.full(DOMAIN.cells(r), rows // DOMAIN.cells(r)),
+        )
+        for r in oneway
+    ]
+
+
+def test_noise_filter_widens_only_after_a_precise_oneway_round() -> None:
+    options = MechanismOptions()
+    assert options.noise_filter == 0.5 and options.wide_filter_share == 0.2
+    precise, noisy = _oneway_round(30_000, options), _oneway_round(100, options)
+    s = oneway_noise_share(precise)
+    expected = [
+        SQRT_2_OVER_PI * r.sigma * r.values.size / (2 * estimated_rows(precise)) for r in precise
+    ]
+    assert s == pytest.approx(sum(expected) / len(expected), rel=1e-12)
+    assert s <= 0.2 < oneway_noise_share(noisy)
+    assert filter_factor(precise, options) == WIDE_FILTER_FACTOR * 0.5 == 1.0
+    assert filter_factor(noisy, options) == 0.5
+    # the limit is inclusive; without wide_filter_share (and with no filter) nothing widens
+    assert filter_factor(precise, MechanismOptions(wide_filter_share=s)) == 1.0
+    assert filter_factor(precise, MechanismOptions(wide_filter_share=s * 0.999)) == 0.5
+    assert filter_factor(precise, MechanismOptions(wide_filter_share=None)) == 0.5
+    assert filter_factor(precise, MechanismOptions(noise_filter=None)) is None
+    with pytest.raises(ValueError, match="wide_filter_share"):
+        MechanismOptions(wide_filter_share=0.0)
+
+
+@pytest.mark.parametrize(
+    ("rows", "wide", "factor"), [(20_000, 0.2, 1.0), (20_000, None, 0.5), (60, 0.2, 0.5)]
+)
+def test_a_run_filters_with_the_factor_its_oneway_round_allows(
+    rows: int, wide: float | None, factor: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every selection round's noise filter gets the factor `filter_factor` gives the run's
+    own one-way round (drawn here: 20,000 rows at ρ = 0.05 are precise, 60 are not)."""
+    seen: list[float | None] = []
+    real = aim_module.noise_filter
+
+    def spy(domain, candidates, sigma, n_rows, factor_, selection=None):  # type: ignore[no-untyped-def]
+        seen.append(factor_)
+        return real(domain, candidates, sigma, n_rows, factor_, selection)
+
+    monkeypatch.setattr(aim_module, "noise_filter", spy)
+    options = MechanismOptions(wide_filter_share=wide, **FAST)  # type: ignore[arg-type]
+    result = run_aim(DOMAIN, synthetic(5, rows), 0.05, ALL_PAIRS, options=options)
+    init = result.rounds[: len(DOMAIN.attributes)]
+    assert filter_factor(init, options) == factor
+    assert seen and set(seen) == {factor}
+    for r in result.rounds:
+        if r.kind == "select+measure" and not r.final:
+            assert SQRT_2_OVER_PI * r.sigma * r.values.size <= factor * estimated_rows(init)
 
 
 def test_estimated_rows_is_the_inverse_variance_mean_of_the_oneway_totals() -> None:
@@ -342,7 +411,8 @@ def test_the_noise_filters_free_annealing_halves_sigma() -> None:
     halved (not divided by `anneal_factor`) until something does, before any access."""
     domain, truth = _scarce_table(rows=1000)
     rho = 0.05
-    options = MechanismOptions(noise_filter=0.15, **FAST)  # type: ignore[arg-type]
+    # (the limit as set: not widened, whatever the one-way round's noise share)
+    options = MechanismOptions(noise_filter=0.15, wide_filter_share=None, **FAST)  # type: ignore[arg-type]
     oneway = [(a,) for a in domain.attributes]
     _, sigma1, epsilon1 = initial_schedule(domain, rho, oneway, options)
     result = run_aim(domain, truth, rho, list(combinations(domain.attributes, 2)), options=options)

@@ -34,9 +34,10 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   post-processing), decides the rest for free. If the one-way round's noise is a large
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
   offers candidates whose expected noise √(2/π)·σ·n_r, plus what the exponential
-  mechanism may miss by, is at most `options.noise_filter`·N̂; while no candidate of
-  two or more attributes passes, σ is halved (`FREE_ANNEAL_FACTOR`) before the
-  round's access (nothing read).
+  mechanism may miss by, is at most `options.noise_filter`·N̂ (twice that while the
+  one-way round's noise share is at most `options.wide_filter_share`: `filter_factor`);
+  while no candidate of two or more attributes passes, σ is halved
+  (`FREE_ANNEAL_FACTOR`) before the round's access (nothing read).
   The last selection round costs an ordinary round (the paper's final round only
   within half a round of the end) and what is left re-measures every one-way marginal
   (n^(2/3) split, no selection; "measure" rounds, the last one final); so does all of
@@ -76,12 +77,14 @@ from app.privacy.mechanisms.workload import candidate_weights, normalise_workloa
 NAME = "aim"
 
 # The paper's schedule as MechanismOptions fields: no one-way share of its own, no noise
-# filter, T = 16·d (what a job stored without a schedule of its own resumes with).
+# filter, T = 16·d (what a job stored without a schedule of its own resumes with; a key
+# missing from a stored schedule takes its value here, the default when it was stored).
 PAPER_SCHEDULE: dict[str, float | None] = {
     "init_share": None,
     "noise_filter": None,
     "rounds_per_attribute": 16,
     "anneal_factor": 2.0,
+    "wide_filter_share": None,
 }
 
 # The noise filter's own annealing, before any access while nothing multi-way passes it,
@@ -90,6 +93,10 @@ PAPER_SCHEDULE: dict[str, float | None] = {
 # just afford (and that would measure one marginal at the edge of usefulness) from
 # replacing the one-way rest. (On 944 rows at ε = 0.1, a √2 step here cost 3%.)
 FREE_ANNEAL_FACTOR = 2.0
+
+# The noise filter's limit is this many times `options.noise_filter`·N̂ while the one-way
+# round is precise (`filter_factor`; docs/mechanisms.md has the figures).
+WIDE_FILTER_FACTOR = 2.0
 
 
 def _paper_schedule(
@@ -172,9 +179,7 @@ def topup_sigmas(
     the one-way round's released totals and public sizes: post-processing)."""
     if options.init_share is None or options.noise_filter is None or not init:
         return {}
-    rows = estimated_rows(init)
-    noise = [SQRT_2_OVER_PI * r.sigma * r.values.size / (2.0 * rows) for r in init]
-    share = math.fsum(noise) / len(noise)
+    share = oneway_noise_share(init)
     extra = min(
         options.init_share * ((share / TOPUP_TV) ** 2 - 1.0), TOPUP_MAX - options.init_share
     )
@@ -185,6 +190,26 @@ def topup_sigmas(
         r: _measure_sigma(extra * rho * part, options.sensitivity)
         for r, part in zip(oneway, _oneway_parts(domain, oneway), strict=True)
     }
+
+
+def oneway_noise_share(init: Sequence[Round]) -> float:
+    """s: the one-way round's expected noise as a share of N̂, mean √(2/π)·σ_i·n_i / 2N̂
+    over its marginals (released totals and public sizes: post-processing)."""
+    rows = estimated_rows(init)
+    noise = [SQRT_2_OVER_PI * r.sigma * r.values.size / (2.0 * rows) for r in init]
+    return math.fsum(noise) / len(noise)
+
+
+def filter_factor(init: Sequence[Round], options: MechanismOptions) -> float | None:
+    """The noise filter's factor for a run whose one-way round is `init`:
+    `options.noise_filter`, times WIDE_FILTER_FACTOR while that round's noise share s is
+    at most `options.wide_filter_share` (its one-way marginals are precise, so a pair
+    measured at a noise near N̂ still teaches the model something the one-way rest would
+    not; where s is larger, the rest is worth more). Post-processing, like s."""
+    factor, wide = options.noise_filter, options.wide_filter_share
+    if factor is None or wide is None or not init or oneway_noise_share(init) > wide:
+        return factor
+    return WIDE_FILTER_FACTOR * factor
 
 
 def estimated_rows(rounds: Sequence[Round]) -> float:
@@ -332,6 +357,7 @@ def run_aim(
     sigma, epsilon, annealed, done = sigma0, epsilon0, False, False
     step = options.anneal_factor
     rows = estimated_rows(run.rounds[:d1])
+    factor = filter_factor(run.rounds[:d1], options)
     last = run.rounds[-1]
     if rest_start:
         if not last.final:
@@ -375,7 +401,7 @@ def run_aim(
                 candidates,
                 sigma,
                 rows,
-                options.noise_filter,
+                factor,
                 (weights, epsilon / options.sensitivity),
             )
             if not any(len(r) > 1 for r in affordable):

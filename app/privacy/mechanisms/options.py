@@ -35,6 +35,9 @@ class MechanismOptions:
     # docs/mechanisms.md for the figures behind these values).
     init_share: float | None = 0.2
     noise_filter: float | None = 0.5
+    # ... whose limit is twice `noise_filter` × N̂ while the one-way round's expected
+    # noise, as a share of N̂, is at most `wide_filter_share` (None: never).
+    wide_filter_share: float | None = 0.2
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
@@ -82,6 +85,8 @@ class MechanismOptions:
             raise ValueError("init_share must be in (0, 1)")
         if self.noise_filter is not None and not self.noise_filter > 0.0:
             raise ValueError("noise_filter must be positive")
+        if self.wide_filter_share is not None and not self.wide_filter_share > 0.0:
+            raise ValueError("wide_filter_share must be positive")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
         if self.round_fit_work < 1 or self.round_min_iterations < 1:
