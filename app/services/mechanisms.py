@@ -150,7 +150,7 @@ def plan(
     return params, units
 
 
-def current_schedule() -> dict[str, float | None]:
+def current_schedule() -> dict[str, float | bool | None]:
     """This build's AIM schedule, kept in a job's params: MechanismOptions' defaults of
     the fields `PAPER_SCHEDULE` names (the schedule's fields are named once, there)."""
     defaults = MechanismOptions()
@@ -162,7 +162,8 @@ def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); a key missing from a
     stored schedule takes the paper's value, the default when it was stored (16·d
     rounds without `rounds_per_attribute`, σ halved without `anneal_factor`, a noise
-    filter never widened without `wide_filter_share`)."""
+    filter never widened without `wide_filter_share`, the raw noise term without
+    `fitted_noise`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 

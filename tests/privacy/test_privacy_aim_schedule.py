@@ -61,15 +61,21 @@ def test_without_init_share_the_paper_schedule_is_kept() -> None:
     assert sigma0 == pytest.approx(math.sqrt(rounds_t / (2 * 0.9 * rho)), rel=1e-12)
 
 
+def _raw(domain: Domain, candidates: list[tuple[str, ...]], sigma: float) -> dict:  # type: ignore[type-arg]
+    """The paper's noise terms √(2/π)·σ·n_r."""
+    return {r: SQRT_2_OVER_PI * sigma * domain.cells(r) for r in candidates}
+
+
 def test_noise_filter_keeps_what_the_noise_leaves_measurable() -> None:
     domain = Domain(("a", "b", "c"), (2, 10, 40))
     candidates = [("a",), ("b",), ("c",), ("a", "b"), ("b", "c")]
     sigma, rows = 5.0, 200.0
-    kept = noise_filter(domain, candidates, sigma, rows, 0.5)
+    noise = _raw(domain, candidates, sigma)
+    kept = noise_filter(candidates, noise, rows, 0.5)
     # expected noise √(2/π)·σ·n_r against 0.5·N̂ = 100: n_r ≤ 25 passes
     assert kept == [("a",), ("b",), ("a", "b")]
     assert all(SQRT_2_OVER_PI * sigma * domain.cells(r) <= 100 for r in kept)
-    assert noise_filter(domain, candidates, sigma, rows, None) == candidates
+    assert noise_filter(candidates, noise, rows, None) == candidates
 
 
 def test_noise_filter_counts_what_a_weak_selection_may_miss_by() -> None:
@@ -77,16 +83,17 @@ def test_noise_filter_counts_what_a_weak_selection_may_miss_by() -> None:
     candidates = [("a",), ("b",), ("a", "b")]
     weights = {("a",): 1.0, ("b",): 1.0, ("a", "b"): 2.0}
     sigma, rows = 1.0, 200.0
-    assert noise_filter(domain, candidates, sigma, rows, 0.5) == candidates
+    noise = _raw(domain, candidates, sigma)
+    assert noise_filter(candidates, noise, rows, 0.5) == candidates
     # 2Δ·ln|C|/ε = 2·2·ln 3/ε in w_r units: at ε = 0.1 it is 43.9, so (a,) and (b,)
     # (w = 1) need 43.9 + noise ≤ 100 and (a, b) (w = 2) 22.0 + noise ≤ 100
-    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.1))
+    kept = noise_filter(candidates, noise, rows, 0.5, (weights, 0.1))
     assert kept == candidates
     reach = 4 * math.log(3) / 0.02  # ε = 0.02: 219.7
-    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.02))
+    kept = noise_filter(candidates, noise, rows, 0.5, (weights, 0.02))
     assert kept == [r for r in candidates if reach / weights[r] + 0.8 * domain.cells(r) <= 100]
     assert kept == []
-    assert noise_filter(domain, candidates, sigma, rows, 0.5, (weights, 0.04)) == [("a", "b")]
+    assert noise_filter(candidates, noise, rows, 0.5, (weights, 0.04)) == [("a", "b")]
 
 
 def test_noise_filter_weighs_the_selection_by_what_its_noise_leaves_measurable() -> None:
@@ -100,7 +107,7 @@ def test_noise_filter_weighs_the_selection_by_what_its_noise_leaves_measurable()
     weights = {("a",): 3.0, ("b",): 3.0, ("a", "b"): 6.0, ("a", "c"): 6.0}
     weights |= dict.fromkeys(triples, 40.0)
     sigma, rows, epsilon = 1.0, 1000.0, 0.04
-    kept = noise_filter(domain, candidates, sigma, rows, 0.5, (weights, epsilon))
+    kept = noise_filter(candidates, _raw(domain, candidates, sigma), rows, 0.5, (weights, epsilon))
     reach = 2.0 * 6.0 * math.log(len(candidates)) / epsilon  # Δ = 6, not 40
     expected = [
         r
@@ -114,7 +121,8 @@ def test_noise_filter_weighs_the_selection_by_what_its_noise_leaves_measurable()
     # the mechanism's own sensitivity, the heaviest kept candidate, is within the Δ assumed
     assert max(weights[r] for r in kept) <= 6.0
     # where nothing is measurable on its noise alone, nothing is kept (and nothing fails)
-    assert noise_filter(domain, candidates, 400.0, rows, 0.5, (weights, epsilon)) == []
+    loud = _raw(domain, candidates, 400.0)
+    assert noise_filter(candidates, loud, rows, 0.5, (weights, epsilon)) == []
 
 
 def test_a_three_way_workload_still_measures_pairs() -> None:
@@ -212,11 +220,14 @@ def test_a_run_filters_with_the_factor_its_oneway_round_allows(
     """Every selection round's noise filter gets the factor `filter_factor` gives the run's
     own one-way round (drawn here: 20,000 rows at ρ = 0.05 are precise, 60 are not)."""
     seen: list[float | None] = []
+    passed: list[float] = []  # the noise term of every candidate the filter kept
     real = aim_module.noise_filter
 
-    def spy(domain, candidates, sigma, n_rows, factor_, selection=None):  # type: ignore[no-untyped-def]
+    def spy(candidates, noise, n_rows, factor_, selection=None):  # type: ignore[no-untyped-def]
         seen.append(factor_)
-        return real(domain, candidates, sigma, n_rows, factor_, selection)
+        kept = real(candidates, noise, n_rows, factor_, selection)
+        passed.extend(noise[r] for r in kept)
+        return kept
 
     monkeypatch.setattr(aim_module, "noise_filter", spy)
     options = MechanismOptions(wide_filter_share=wide, **FAST)  # type: ignore[arg-type]
@@ -224,9 +235,7 @@ def test_a_run_filters_with_the_factor_its_oneway_round_allows(
     init = result.rounds[: len(DOMAIN.attributes)]
     assert filter_factor(init, options) == factor
     assert seen and set(seen) == {factor}
-    for r in result.rounds:
-        if r.kind == "select+measure" and not r.final:
-            assert SQRT_2_OVER_PI * r.sigma * r.values.size <= factor * estimated_rows(init)
+    assert all(noise <= factor * estimated_rows(init) for noise in passed)
 
 
 def test_estimated_rows_is_the_inverse_variance_mean_of_the_oneway_totals() -> None:
@@ -280,7 +289,12 @@ def test_small_n_run_measures_only_what_its_noise_allows(share: float) -> None:
     assert later[: len(selected)] == selected
     for r in selected:
         if not r.final:  # (a final round is solved from what is left)
-            assert SQRT_2_OVER_PI * r.sigma * r.values.size <= 0.5 * rows
+            # its noise term (what the fit keeps of the noise) within the filter's limit
+            # (0.5·N̂, or N̂ after a precise one-way round), and below the raw noise
+            assert r.selection is not None and r.selection.chosen_noise is not None
+            limit = filter_factor(init, options) or 0.0
+            assert limit in (0.5, 1.0) and r.selection.chosen_noise <= limit * rows
+            assert r.selection.chosen_noise < SQRT_2_OVER_PI * r.sigma * r.values.size
             # σ only falls by annealing: steps of √2 (anneal_factor) or 2 (free)
             ratio = 2.0 * math.log2(sigma1 / r.sigma)
             assert ratio == pytest.approx(round(ratio)) and ratio >= 0

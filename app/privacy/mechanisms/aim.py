@@ -33,7 +33,7 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
   post-processing), decides the rest for free. If the one-way round's noise is a large
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
-  offers candidates whose expected noise √(2/π)·σ·n_r, plus what the exponential
+  offers candidates whose noise term η_r (below), plus what the exponential
   mechanism may miss by, is at most `options.noise_filter`·N̂ (twice that while the
   one-way round's noise share is at most `options.wide_filter_share`: `filter_factor`);
   while no candidate of two or more attributes passes, σ is halved
@@ -42,6 +42,12 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   within half a round of the end) and what is left re-measures every one-way marginal
   (n^(2/3) split, no selection; "measure" rounds, the last one final); so does all of
   it if free annealing reaches the end of the budget.
+- The noise term of a candidate's quality, η_r in w_r(‖M_r(D) − M_r(p̂)‖₁ − η_r), is
+  the noise the fit keeps of a measurement at σ (`fitted_noise`: the part the one-way
+  marginals do not fix, clipped at zero counts around the model's answer), not the raw
+  √(2/π)·σ·n_r, which overstates it where the model puts few rows in many cells
+  (`options.fitted_noise`; docs/mechanisms.md has the figures). Its inputs are the
+  model and σ, so it is fixed before the round reads anything.
 
 With privacy units of at most k rows (`options.sensitivity`), every marginal has
 sensitivity k: each σ above is k times as large for the same ρ, ε is unchanged, and
@@ -70,6 +76,7 @@ from app.privacy.mechanisms.engine import (
     RunArguments,
     TrueMarginal,
 )
+from app.privacy.mechanisms.fitted_noise import fitted_noise
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
 from app.privacy.mechanisms.workload import candidate_weights, normalise_workload, size_filter
@@ -79,12 +86,13 @@ NAME = "aim"
 # The paper's schedule as MechanismOptions fields: no one-way share of its own, no noise
 # filter, T = 16·d (what a job stored without a schedule of its own resumes with; a key
 # missing from a stored schedule takes its value here, the default when it was stored).
-PAPER_SCHEDULE: dict[str, float | None] = {
+PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "init_share": None,
     "noise_filter": None,
     "rounds_per_attribute": 16,
     "anneal_factor": 2.0,
     "wide_filter_share": None,
+    "fitted_noise": False,
 }
 
 # The noise filter's own annealing, before any access while nothing multi-way passes it,
@@ -222,33 +230,31 @@ def estimated_rows(rounds: Sequence[Round]) -> float:
 
 
 def noise_filter(
-    domain: Domain,
     candidates: Sequence[Attrs],
-    sigma: float,
+    noise: Mapping[Attrs, float],
     rows: float,
     factor: float | None,
     selection: tuple[Mapping[Attrs, float], float] | None = None,
 ) -> list[Attrs]:
-    """Candidates whose expected error, were they measured at σ, is at most `factor`·N̂.
+    """Candidates whose expected error, were they measured now, is at most `factor`·N̂.
 
-    The error is the measurement's expected noise √(2/π)·σ·n_r plus, given `selection`
-    = (weights w, ε), what the exponential mechanism may miss by in choosing it: its
-    quality is within 2Δ·ln|C|/ε of the best, which is 2Δ·ln|C|/(ε·w_r) in r's L1
-    error. C is every candidate (at least as many as the mechanism will choose from) and
-    Δ the largest weight among those whose noise alone is within `factor`·N̂: the
-    mechanism's sensitivity is the largest weight of what this filter returns, never of
-    a candidate the noise already rules out (with a 3-way workload those are the
-    heaviest, the triples, whose weight would keep every pair out). A measurement whose
-    noise is comparable to the rows cannot improve the model (its quality
-    w_r(‖M_r(D) − M_r(p̂)‖₁ − √(2/π)·σ·n_r) is below zero once the noise exceeds 2N),
-    yet at a small ε the exponential mechanism picks it almost as often as a useful one.
-    N̂ comes from released measurements and the rest from public sizes and the round's
-    ε, so this costs nothing.
+    The error is the measurement's noise term `noise[r]` (the noise the fit keeps,
+    `noise_terms`) plus, given `selection` = (weights w, ε), what the exponential
+    mechanism may miss by in choosing it: its quality is within 2Δ·ln|C|/ε of the best,
+    which is 2Δ·ln|C|/(ε·w_r) in r's L1 error. C is every candidate (at least as many as
+    the mechanism will choose from) and Δ the largest weight among those whose noise
+    alone is within `factor`·N̂: the mechanism's sensitivity is the largest weight of what
+    this filter returns, never of a candidate the noise already rules out (with a 3-way
+    workload those are the heaviest, the triples, whose weight would keep every pair
+    out). A measurement whose noise is comparable to the rows cannot improve the model
+    (its quality is below zero once the noise exceeds 2N), yet at a small ε the
+    exponential mechanism picks it almost as often as a useful one. N̂ comes from
+    released measurements and the rest from public sizes, the model and the round's ε,
+    so this costs nothing.
     """
     if factor is None or not candidates:
         return list(candidates)
     limit = factor * rows
-    noise = {r: SQRT_2_OVER_PI * sigma * domain.cells(r) for r in candidates}
     slack = dict.fromkeys(candidates, 0.0)
     if selection is not None:
         weights, epsilon = selection
@@ -257,6 +263,17 @@ def noise_filter(
         reach = 2.0 * heaviest * math.log(len(candidates)) / epsilon
         slack = {r: reach / weights[r] for r in candidates}
     return [r for r in candidates if noise[r] + slack[r] <= limit]
+
+
+def noise_terms(
+    run: MechanismRun, candidates: Sequence[Attrs], sigma: float, options: MechanismOptions
+) -> dict[Attrs, float]:
+    """{r: η_r}, the noise term of r's quality and of the noise filter at σ: the noise the
+    fit keeps (`fitted_noise`, from the model's answers) with `options.fitted_noise`,
+    else the paper's raw √(2/π)·σ·n_r. Public sizes and released measurements only."""
+    if options.fitted_noise:
+        return fitted_noise(run.domain, {r: run.estimate(r) for r in candidates}, sigma)
+    return {r: SQRT_2_OVER_PI * sigma * run.domain.cells(r) for r in candidates}
 
 
 def _anneal(run: MechanismRun, last: Round) -> bool:
@@ -394,20 +411,15 @@ def run_aim(
         candidates = size_filter(domain, run.measured, weights, limit, options.max_model_cells)
         if not candidates:  # refused before the round's access, so it costs nothing
             raise ValueError("no candidate marginal fits within the model size limit")
+        noise = noise_terms(run, candidates, sigma, options)
         if options.noise_filter is not None:
-            affordable = noise_filter(
-                # the selection's sensitivity is k·max w_r: as if ε were ε/k
-                domain,
-                candidates,
-                sigma,
-                rows,
-                factor,
-                (weights, epsilon / options.sensitivity),
-            )
+            # the selection's sensitivity is k·max w_r: as if ε were ε/k
+            selecting = (weights, epsilon / options.sensitivity)
+            affordable = noise_filter(candidates, noise, rows, factor, selecting)
             if not any(len(r) > 1 for r in affordable):
                 # No marginal of two or more attributes is measurable at this noise (decided
-                # from N̂ and public sizes: free): anneal before any access, or, in the
-                # final round, spend the rest on the one-way marginals.
+                # from N̂, public sizes and the model: free): anneal before any access, or,
+                # in the final round, spend the rest on the one-way marginals.
                 if closing:
                     measure_rest(len(run.rounds))
                     break
@@ -417,7 +429,9 @@ def run_aim(
             candidates = affordable
         skipped = False
         with run.access("select+measure", sigma, epsilon):
-            chosen, before, info = run.select(candidates, weights, sigma, epsilon, SQRT_2_OVER_PI)
+            # (the paper's term goes as its coefficient, which the round then records)
+            terms = noise if options.fitted_noise else SQRT_2_OVER_PI
+            chosen, before, info = run.select(candidates, weights, sigma, epsilon, terms)
             record = run.measure(
                 "select+measure",
                 chosen,

@@ -18,20 +18,22 @@ the model is post-processing, so this costs nothing).
 **Theorem 4 (workload marginals never measured).** In the last round t in which r was
 a candidate, the exponential mechanism (ε_t, sensitivity Δ_t, |C_t| candidates) chose
 r_t. With probability ≥ 1 − e^{−λ₂} the chosen quality is within (2Δ_t/ε_t)(ln|C_t| + λ₂)
-of the best, so for every candidate r, with q_r = w_r(‖M_r(D) − M_r(p̂_{t−1})‖₁ − b·σ_t·n_r),
+of the best, so for every candidate r, with q_r = w_r(‖M_r(D) − M_r(p̂_{t−1})‖₁ − η_r),
 
     q_r ≤ q_{r_t} + (2Δ_t/ε_t)(ln|C_t| + λ₂),
 
 and q_{r_t} is bounded with the round's own noisy answer ỹ_t (Theorem 2 with λ₁):
-q_{r_t} ≤ w_{r_t}(‖ỹ_t − M_{r_t}(p̂_{t−1})‖₁ + (√(2/π) − b)σ_t·n_{r_t} + λ₁σ_t√n_{r_t}).
+q_{r_t} ≤ w_{r_t}(‖ỹ_t − M_{r_t}(p̂_{t−1})‖₁ + √(2/π)σ_t·n_{r_t} − η_{r_t} + λ₁σ_t√n_{r_t}).
 Hence
 
-    ‖M_r(D) − M_r(p̂_{t−1})‖₁ ≤ b·σ_t·n_r + [q_{r_t} bound + (2Δ_t/ε_t)(ln|C_t| + λ₂)] / w_r,
+    ‖M_r(D) − M_r(p̂_{t−1})‖₁ ≤ η_r + [q_{r_t} bound + (2Δ_t/ε_t)(ln|C_t| + λ₂)] / w_r,
 
 with the failure probability split equally between the two events (λ₁ = √(2 ln(2/γ)),
 λ₂ = ln(2/γ), γ = 1 − confidence). The bound is about the model p̂_{t−1} of that
-round; for a later model add ‖M_r(p̂_{t−1}) − M_r(p̂)‖₁. b = √(2/π) for AIM and 0
-for MWEM (whose quality has no bias term); weights are 1 in MWEM.
+round; for a later model add ‖M_r(p̂_{t−1}) − M_r(p̂)‖₁. η_r, the candidate's noise term,
+is any number fixed before the records are read: AIM's fitted noise
+(`app.privacy.mechanisms.fitted_noise`, from the model and σ), the paper's √(2/π)·σ_t·n_r,
+or 0 for MWEM (whose quality has no noise term); weights are 1 in MWEM.
 
 Approximation we make knowingly: the noise is the *discrete* Gaussian. For the σ
 the mechanisms use (σ ≳ 1) its variance and mean absolute value are within a tiny
@@ -157,9 +159,15 @@ def theorem2_bound(
 
 
 def theorem4_round_bound(
-    domain: Domain, round_: Round, attrs: Attrs, weight: float, confidence: float = 0.95
+    domain: Domain,
+    round_: Round,
+    attrs: Attrs,
+    weight: float,
+    noise: float | None = None,
+    confidence: float = 0.95,
 ) -> float:
-    """Theorem 4: the bound on ‖M_r(D) − M_r(p̂_{t−1})‖₁ for candidate r of `round_`."""
+    """Theorem 4: the bound on ‖M_r(D) − M_r(p̂_{t−1})‖₁ for candidate r of `round_`,
+    whose noise term in that round's quality was `noise` (None: b·σ·n_r)."""
     s = round_.selection
     if s is None or round_.epsilon <= 0:
         raise ValueError("Theorem 4 needs a round with a selection step")
@@ -168,15 +176,22 @@ def theorem4_round_bound(
     lam_selection = math.log(1.0 / failure)
     sigma = round_.sigma
     n_chosen = round_.values.size
+    chosen_noise = s.chosen_noise
+    if chosen_noise is None or noise is None:
+        if s.bias is None:
+            raise ValueError("the round's noise terms were per candidate: give r's")
+        chosen_noise = s.bias * sigma * n_chosen if chosen_noise is None else chosen_noise
+        noise = s.bias * sigma * domain.cells(attrs) if noise is None else noise
     chosen_quality = s.chosen_weight * (
         s.error_before
-        + (SQRT_2_OVER_PI - s.bias) * sigma * n_chosen
+        + SQRT_2_OVER_PI * sigma * n_chosen
+        - chosen_noise
         + lam_noise * sigma * math.sqrt(n_chosen)
     )
     selection_slack = (
         2.0 * s.sensitivity / round_.epsilon * (math.log(s.candidates) + lam_selection)
     )
-    return s.bias * sigma * domain.cells(attrs) + (chosen_quality + selection_slack) / weight
+    return noise + (chosen_quality + selection_slack) / weight
 
 
 def theorem4_bound(

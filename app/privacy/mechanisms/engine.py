@@ -226,9 +226,10 @@ class MechanismRun:
         # between-round fits may use ADMM until one of them is too slow (then never again)
         self.admm_rounds = True
         self.rounds: list[Round] = []
-        # workload marginal -> (round index, M_r(p̂_{t−1})) of the last round it was a
-        # candidate in this process (the vectors are not persisted; see `finish`)
-        self.estimates_at_selection: dict[Attrs, tuple[int, np.ndarray]] = {}
+        # workload marginal -> (round index, M_r(p̂_{t−1}), its noise term) of the last
+        # round it was a candidate in this process (not persisted; see `finish`)
+        self.estimates_at_selection: dict[Attrs, tuple[int, np.ndarray, float]] = {}
+        self._estimates: dict[Attrs, np.ndarray] = {}  # of the current model
 
     # --- replay -----------------------------------------------------------------
     def replay(self, check: Callable[[int, Round], None]) -> None:
@@ -276,7 +277,13 @@ class MechanismRun:
         return self.base_measurements + [r.measurement() for r in self.rounds]
 
     def estimate(self, attrs: Attrs) -> np.ndarray:
-        return model_estimate(self.model, self.domain, attrs)
+        """M_r(p̂) of the current model (kept until the next fit; read-only)."""
+        found = self._estimates.get(attrs)
+        if found is None:
+            found = model_estimate(self.model, self.domain, attrs)
+            found.setflags(write=False)
+            self._estimates[attrs] = found
+        return found
 
     def _progress(self, stage: Literal["measured", "fitted", "done"], attrs: Attrs) -> None:
         notify(
@@ -299,29 +306,39 @@ class MechanismRun:
         weights: Mapping[Attrs, float],
         sigma: float,
         epsilon: float,
-        bias: float,
+        noise: float | Mapping[Attrs, float],
     ) -> tuple[Attrs, np.ndarray, dict[str, Any]]:
-        """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − b·σ·n_r)."""
+        """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − η_r).
+
+        η_r, r's noise term, is `noise`·σ·n_r when `noise` is a coefficient b (AIM's paper
+        √(2/π), MWEM 0), or `noise[r]` (rows) when it is a mapping; either depends on
+        public sizes and released measurements only, so the sensitivity is k·max w_r."""
         if not candidates:
             raise ValueError("no candidate marginal fits within the model size limit")
         self._require_open("a selection")
         index = len(self.rounds)
+        if isinstance(noise, Mapping):
+            terms, bias = {r: float(noise[r]) for r in candidates}, None
+        else:
+            terms = {r: noise * sigma * self.domain.cells(r) for r in candidates}
+            bias = float(noise)
         estimates = [self.estimate(r) for r in candidates]
         scores = np.empty(len(candidates))
         for k, (r, est) in enumerate(zip(candidates, estimates, strict=True)):
             error = float(np.abs(self.truth(r) - est).sum())
-            scores[k] = weights[r] * (error - bias * sigma * self.domain.cells(r))
+            scores[k] = weights[r] * (error - terms[r])
         # One unit moves each ‖M_r(D) − M_r(p̂)‖₁ by at most k, so q_r by at most k·w_r.
         sensitivity = self.options.sensitivity * max(weights[r] for r in candidates)
         chosen = selection.exponential_mechanism(scores, epsilon, sensitivity)
         for r, est in zip(candidates, estimates, strict=True):
             if r in self.workload:
-                self.estimates_at_selection[r] = (index, est)
+                self.estimates_at_selection[r] = (index, est, terms[r])
         info = {
             "candidates": len(candidates),
             "sensitivity": float(sensitivity),
             "chosen_weight": float(weights[candidates[chosen]]),
-            "bias": float(bias),
+            "bias": bias,
+            "chosen_noise": terms[candidates[chosen]],
             "workload_candidates": tuple(r for r in candidates if r in self.workload),
         }
         return candidates[chosen], estimates[chosen], info
@@ -372,6 +389,7 @@ class MechanismRun:
         return record
 
     def refit(self, final: bool = False) -> None:
+        self._estimates = {}
         self.model, self.fit_record = fit_model(
             self.domain, self.measurements(), self.options, self.model, final, self.admm_rounds
         )
@@ -412,7 +430,9 @@ class MechanismRun:
             if stored is None or stored[0] != last.index:
                 # that round was replayed after a crash: M_r(p̂_{t−1}) is gone, no bound
                 continue
-            base = theorem4_round_bound(self.domain, last, r, weight, self.options.confidence)
+            base = theorem4_round_bound(
+                self.domain, last, r, weight, stored[2], self.options.confidence
+            )
             drift = float(np.abs(stored[1] - self.estimate(r)).sum())
             bounds[r] = UnmeasuredBound(r, base + drift, last.index, self.options.confidence)
         self._progress("done", self.rounds[-1].attributes if self.rounds else ())

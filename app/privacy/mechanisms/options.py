@@ -29,8 +29,8 @@ class MechanismOptions:
     sensitivity: int = 1
     measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
     # AIM: share of ρ its one-way initialisation spends (None: the paper's α·d/T), and
-    # the noise filter: a candidate r is left out of a round while its expected noise
-    # √(2/π)·σ·n_r exceeds `noise_filter` × N̂ (N̂: the rows the one-way round implies);
+    # the noise filter: a candidate r is left out of a round while its noise term (below)
+    # exceeds `noise_filter` × N̂ (N̂: the rows the one-way round implies);
     # None: no filter and the paper's final round (app.privacy.mechanisms.aim, and
     # docs/mechanisms.md for the figures behind these values).
     init_share: float | None = 0.2
@@ -38,6 +38,10 @@ class MechanismOptions:
     # ... whose limit is twice `noise_filter` × N̂ while the one-way round's expected
     # noise, as a share of N̂, is at most `wide_filter_share` (None: never).
     wide_filter_share: float | None = 0.2
+    # AIM's noise term in each candidate's quality and in the noise filter: the noise the
+    # fit keeps of a measurement (app.privacy.mechanisms.fitted_noise); False: the
+    # paper's raw √(2/π)·σ·n_r.
+    fitted_noise: bool = True
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to

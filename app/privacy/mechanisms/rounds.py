@@ -40,18 +40,25 @@ class Selection:
     """What the exponential mechanism of one round saw (for AIM Theorem 4).
 
     `error_before` is ‖ỹ − M_r(p̂_{t−1})‖₁ for the chosen r (computable only after the
-    measurement). `bias` is the coefficient b in the quality w_r(‖M_r(D) − M_r(p̂)‖₁ −
-    b·σ·n_r): √(2/π) for AIM, 0 for MWEM. `workload_candidates` lists the workload
-    marginals that were candidates this round (their weights and sizes follow from the
-    workload and domain).
+    measurement). The quality is w_r(‖M_r(D) − M_r(p̂)‖₁ − η_r): `bias` is b when the
+    noise term is η_r = b·σ·n_r (the paper's AIM √(2/π), MWEM 0) and None when each
+    candidate had its own (AIM's fitted noise, `fitted_noise`); `chosen_noise` is the
+    chosen r's η_r (None in rounds stored before it was kept: b·σ·n_r).
+    `workload_candidates` lists the workload marginals that were candidates this round
+    (their weights and sizes follow from the workload and domain).
     """
 
     candidates: int
     sensitivity: float
     chosen_weight: float
     error_before: float
-    bias: float
+    bias: float | None
     workload_candidates: tuple[Attrs, ...]
+    chosen_noise: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.bias is None and self.chosen_noise is None:
+            raise ValueError("a selection needs its noise term: a bias or the chosen's noise")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +68,7 @@ class Selection:
             "error_before": self.error_before,
             "bias": self.bias,
             "workload_candidates": [list(a) for a in self.workload_candidates],
+            "chosen_noise": self.chosen_noise,
         }
 
     @classmethod
@@ -70,8 +78,9 @@ class Selection:
             sensitivity=float(data["sensitivity"]),
             chosen_weight=float(data["chosen_weight"]),
             error_before=float(data["error_before"]),
-            bias=float(data["bias"]),
+            bias=None if data.get("bias") is None else float(data["bias"]),
             workload_candidates=tuple(tuple(a) for a in data["workload_candidates"]),
+            chosen_noise=None if data.get("chosen_noise") is None else float(data["chosen_noise"]),
         )
 
 
