@@ -125,6 +125,30 @@ def test_noise_filter_weighs_the_selection_by_what_its_noise_leaves_measurable()
     assert noise_filter(candidates, loud, rows, 0.5, (weights, epsilon)) == []
 
 
+def test_noise_filter_steps_delta_down_past_triples_their_own_slack_keeps_out() -> None:
+    """Triples measurable on their noise alone but not with their slack: Δ steps down to
+    the pairs' weight, the triples are left out, and the pairs pass with Δ = 6."""
+    pairs = [("a", "b"), ("a", "c")]
+    triples = [("a", "b", "c"), ("a", "c", "d")]
+    candidates = [("a",), ("b",), *pairs, *triples]
+    weights = {("a",): 3.0, ("b",): 3.0} | dict.fromkeys(pairs, 6.0)
+    weights |= dict.fromkeys(triples, 40.0)
+    noise = {("a",): 10.0, ("b",): 10.0} | dict.fromkeys(pairs, 50.0)
+    noise |= dict.fromkeys(triples, 200.0)  # within 0.5·N̂ = 500 on its own
+    rows, epsilon = 1000.0, 0.01
+    reach = 2.0 * math.log(len(candidates)) / epsilon  # 358 a unit of Δ/w_r
+    assert 200.0 + reach * 40.0 / 40.0 > 500  # the triples' own slack keeps them out
+    assert 50.0 + reach * 40.0 / 6.0 > 500  # and Δ = 40 would keep the pairs out
+    kept = noise_filter(candidates, noise, rows, 0.5, (weights, epsilon))
+    assert kept == pairs
+    assert all(noise[r] + reach * 6.0 / weights[r] <= 500 for r in kept)
+    assert max(weights[r] for r in kept) <= 6.0  # the mechanism's sensitivity, within Δ
+    # with Δ = 40 still in reach of a triple, nothing steps down
+    assert set(triples) <= set(noise_filter(candidates, noise, rows, 0.5, (weights, 0.02)))
+    # nothing multi-way at any level: the heaviest level's set (here empty)
+    assert noise_filter(candidates, noise, rows, 0.5, (weights, 0.001)) == []
+
+
 def test_a_three_way_workload_still_measures_pairs() -> None:
     """All 2- and 3-way marginals of 500 rows, whose triples are too noisy to measure:
     AIM measures pairs. (While the triples' weight set Δ, no pair passed the noise

@@ -242,27 +242,37 @@ def noise_filter(
     `noise_terms`) plus, given `selection` = (weights w, ε), what the exponential
     mechanism may miss by in choosing it: its quality is within 2Δ·ln|C|/ε of the best,
     which is 2Δ·ln|C|/(ε·w_r) in r's L1 error. C is every candidate (at least as many as
-    the mechanism will choose from) and Δ the largest weight among those whose noise
-    alone is within `factor`·N̂: the mechanism's sensitivity is the largest weight of what
-    this filter returns, never of a candidate the noise already rules out (with a 3-way
-    workload those are the heaviest, the triples, whose weight would keep every pair
-    out). A measurement whose noise is comparable to the rows cannot improve the model
-    (its quality is below zero once the noise exceeds 2N), yet at a small ε the
-    exponential mechanism picks it almost as often as a useful one. N̂ comes from
-    released measurements and the rest from public sizes, the model and the round's ε,
-    so this costs nothing.
+    the mechanism will choose from) and Δ bounds the mechanism's sensitivity, the largest
+    weight of what this filter returns. Δ starts at the largest weight among the
+    candidates whose noise alone is within `factor`·N̂ (never a candidate the noise
+    already rules out) and steps down through their weights, leaving out what is heavier,
+    until a candidate of two or more attributes passes: with a 3-way workload the triples
+    weigh most, and where their noise plus their own slack keeps them out, their weight
+    would keep every pair out too. A measurement whose noise is comparable to the rows
+    cannot improve the model (its quality is below zero once the noise exceeds 2N), yet
+    at a small ε the exponential mechanism picks it almost as often as a useful one. N̂
+    comes from released measurements and the rest from public sizes, the model and the
+    round's ε, so this costs nothing.
     """
     if factor is None or not candidates:
         return list(candidates)
     limit = factor * rows
-    slack = dict.fromkeys(candidates, 0.0)
-    if selection is not None:
-        weights, epsilon = selection
-        measurable = [r for r in candidates if noise[r] <= limit] or candidates
-        heaviest = max(weights[r] for r in measurable)
-        reach = 2.0 * heaviest * math.log(len(candidates)) / epsilon
-        slack = {r: reach / weights[r] for r in candidates}
-    return [r for r in candidates if noise[r] + slack[r] <= limit]
+    if selection is None:
+        return [r for r in candidates if noise[r] <= limit]
+    weights, epsilon = selection
+    measurable = [r for r in candidates if noise[r] <= limit] or candidates
+    reach = 2.0 * math.log(len(candidates)) / epsilon
+    kept: list[Attrs] = []
+    for delta in sorted({weights[r] for r in measurable}, reverse=True):
+        passing = [
+            r
+            for r in candidates
+            if weights[r] <= delta and noise[r] + reach * delta / weights[r] <= limit
+        ]
+        if any(len(r) > 1 for r in passing):
+            return passing
+        kept = kept or passing  # nothing multi-way at any level: the heaviest level's
+    return kept
 
 
 def noise_terms(
