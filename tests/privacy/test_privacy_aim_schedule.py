@@ -149,6 +149,24 @@ def test_noise_filter_steps_delta_down_past_triples_their_own_slack_keeps_out() 
     assert noise_filter(candidates, noise, rows, 0.5, (weights, 0.001)) == []
 
 
+def test_noise_filter_without_a_multiway_candidate_keeps_the_first_levels_set() -> None:
+    """Where no level lets a multi-way candidate in, the set is the first level's, not
+    that of a lower level whose smaller Δ would let more one-way marginals in."""
+    pairs = [("a", "b"), ("a", "c")]
+    candidates = [("a",), ("b",), *pairs]
+    weights = {("a",): 3.0, ("b",): 3.0} | dict.fromkeys(pairs, 6.0)
+    # the pairs are measurable on their noise (≤ 0.5·N̂ = 500), never with their slack
+    noise = {("a",): 10.0, ("b",): 10.0} | dict.fromkeys(pairs, 450.0)
+    epsilon = 2.0 * math.log(len(candidates)) / 300.0  # reach 300 a unit of Δ/w_r
+    # at Δ = 6 nothing passes; at Δ = 3 the one-ways would
+    assert 450.0 + 300.0 > 500 and 10.0 + 300.0 * 6.0 / 3.0 > 500 >= 10.0 + 300.0
+    assert noise_filter(candidates, noise, 1000.0, 0.5, (weights, epsilon)) == []
+    # with a larger ε the one-ways pass at Δ = 6 already, and that set is kept
+    wider = 2.0 * math.log(len(candidates)) / 200.0
+    assert 10.0 + 200.0 * 6.0 / 3.0 <= 500 < 450.0 + 200.0
+    assert noise_filter(candidates, noise, 1000.0, 0.5, (weights, wider)) == [("a",), ("b",)]
+
+
 def test_a_three_way_workload_still_measures_pairs() -> None:
     """All 2- and 3-way marginals of 500 rows, whose triples are too noisy to measure:
     AIM measures pairs. (While the triples' weight set Δ, no pair passed the noise
@@ -378,6 +396,8 @@ def test_options_refuse_shares_outside_zero_one() -> None:
         MechanismOptions(init_share=1.0)
     with pytest.raises(ValueError, match="noise_filter"):
         MechanismOptions(noise_filter=0.0)
+    with pytest.raises(ValueError, match="fitted_noise"):
+        MechanismOptions(fitted_noise="yes")  # type: ignore[arg-type]
 
 
 def test_default_schedule_runs_four_rounds_per_attribute() -> None:

@@ -262,7 +262,7 @@ def noise_filter(
     weights, epsilon = selection
     measurable = [r for r in candidates if noise[r] <= limit] or candidates
     reach = 2.0 * math.log(len(candidates)) / epsilon
-    kept: list[Attrs] = []
+    heaviest: list[Attrs] | None = None  # what passes at the first level
     for delta in sorted({weights[r] for r in measurable}, reverse=True):
         passing = [
             r
@@ -271,8 +271,8 @@ def noise_filter(
         ]
         if any(len(r) > 1 for r in passing):
             return passing
-        kept = kept or passing  # nothing multi-way at any level: the heaviest level's
-    return kept
+        heaviest = passing if heaviest is None else heaviest
+    return heaviest or []  # nothing multi-way at any level: the first level's
 
 
 def noise_terms(

@@ -91,6 +91,8 @@ class MechanismOptions:
             raise ValueError("noise_filter must be positive")
         if self.wide_filter_share is not None and not self.wide_filter_share > 0.0:
             raise ValueError("wide_filter_share must be positive")
+        if not isinstance(self.fitted_noise, bool):
+            raise ValueError("fitted_noise must be true or false")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
         if self.round_fit_work < 1 or self.round_min_iterations < 1:
