@@ -66,17 +66,24 @@ def terminate(process: subprocess.Popen[bytes]) -> str:
         _out, err = process.communicate(timeout=EXIT_SECONDS)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.communicate(timeout=10)
-        raise AssertionError("the worker did not stop at a safe point") from None
+        _out, err = process.communicate(timeout=10)
+        tail = err.decode(errors="replace")[-4000:]
+        raise AssertionError(
+            f"the worker did not stop at a safe point within {EXIT_SECONDS} s; its log ends:\n"
+            f"{tail}"
+        ) from None
     log = err.decode(errors="replace")
     assert process.returncode == 0, log
     return log
 
 
-def kill(process: subprocess.Popen[bytes] | None) -> None:
-    if process is not None and process.poll() is None:
-        process.kill()
-        process.communicate(timeout=10)
+def kill(process: subprocess.Popen[bytes] | None) -> str:
+    """Kill the worker if it still runs; the end of its stderr."""
+    if process is None or process.poll() is not None:
+        return ""
+    process.kill()
+    _out, err = process.communicate(timeout=10)
+    return err.decode(errors="replace")[-4000:]
 
 
 def stored(database: Database, job_id: str) -> list[tuple[int, bytes, int | None]]:
@@ -136,8 +143,10 @@ def run_to_the_end(database: Database, database_url: str, job_id: str, **setting
             "the second worker to finish the job",
             poll=0.2,
         )
-    finally:
-        terminate(second)
+    except AssertionError as timed_out:
+        # The wait's own failure is the one to report (with the worker's log), not the stop's.
+        raise AssertionError(f"{timed_out}; the worker's log ends:\n{kill(second)}") from None
+    terminate(second)
     job = job_row(database, job_id)
     assert job.status == "succeeded", job.error
     assert job.attempts == 1  # the stopped worker's claim was taken back
