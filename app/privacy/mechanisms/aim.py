@@ -262,7 +262,7 @@ def noise_filter(
     weights, epsilon = selection
     measurable = [r for r in candidates if noise[r] <= limit] or candidates
     reach = 2.0 * math.log(len(candidates)) / epsilon
-    heaviest: list[Attrs] | None = None  # what passes at the first level
+    first_level: list[Attrs] | None = None  # what passes at the largest Δ
     for delta in sorted({weights[r] for r in measurable}, reverse=True):
         passing = [
             r
@@ -271,8 +271,9 @@ def noise_filter(
         ]
         if any(len(r) > 1 for r in passing):
             return passing
-        heaviest = passing if heaviest is None else heaviest
-    return heaviest or []  # nothing multi-way at any level: the first level's
+        if first_level is None:
+            first_level = passing
+    return first_level or []  # nothing multi-way at any level: the first level's
 
 
 def noise_terms(
