@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -146,9 +146,12 @@ def fit_now(
     """
     with database.read_only() as session:
         estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == dataset_id))
-        records = measurement_service.list_for_dataset(session, dataset_id, active_only=True)
+        # One read: the high-water mark is the largest id among the records read, never
+        # one that committed between two statements (READ COMMITTED on PostgreSQL).
+        everything = measurement_service.list_for_dataset(session, dataset_id)
+        records = [r for r in everything if r.status == "active"]
         # Every measurement up to here is decided: fitted, or quarantined below.
-        high_water = measurement_service.high_water(session, dataset_id=dataset_id)
+        high_water = max((r.id for r in everything), default=0)
         latest = model_service.latest_version_row(session, dataset_id)
         warm_start = (
             model_service.load_model(session, dataset_id, latest.version) if latest else None
@@ -375,31 +378,35 @@ def save_if_current(
     model: GraphicalModel,
     record: FitRecord,
     *,
-    high_water: int,
-    measurement_count: int,
+    fitted_ids: Collection[int],
     owner: str,
     lease_seconds: float,
     poll_seconds: float = 0.25,
 ) -> int | None:
     """Store an already fitted model as the next version if it covers every measurement.
 
-    A mechanism's final model was fitted over all of the dataset's measurements up to
-    `high_water`; if nothing was measured since, it is the dataset's model and need not
-    be fitted again. Returns the version, or None if newer measurements exist.
+    A mechanism's final model was fitted over the measurements `fitted_ids` (the
+    dataset's active ones when it started, and its own rounds); if they are exactly the
+    dataset's active measurements now, it is the dataset's model and need not be fitted
+    again. Returns the version, or None if the dataset holds measurements it lacks (one
+    stored while the mechanism ran) or it holds one no longer active.
     """
     while not acquire(database, dataset_id, owner=owner, lease_seconds=lease_seconds):
         time.sleep(poll_seconds)
     try:
         with database.unit_of_work() as session:
-            if measurement_service.high_water(session, dataset_id=dataset_id) != high_water:
+            # One read (READ COMMITTED on PostgreSQL): the ids and their status together.
+            everything = measurement_service.id_statuses(session, dataset_id)
+            active = {i for i, _job, status in everything if status == "active"}
+            if active != set(fitted_ids):
                 return None
             return model_service.save_version(
                 session,
                 dataset_id=dataset_id,
                 model=model,
                 record=record,
-                high_water=high_water,
-                measurement_count=measurement_count,
+                high_water=max((i for i, _job, _status in everything), default=0),
+                measurement_count=len(active),
             ).version
     finally:
         release(database, dataset_id, owner=owner)

@@ -29,7 +29,7 @@ from sqlalchemy import Text, func, select
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord, new_id
+from app.db import Dataset, Job, MeasurementRecord, new_id
 from app.errors import InvalidRequest, LedgerInvariantViolated
 from app.ingest import pack_column, unpack_column
 from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
@@ -366,7 +366,19 @@ def store(
     access_id: int | None,
     details: dict[str, Any] | None = None,
 ) -> MeasurementRecord:
-    """Add one noisy marginal, naming the gate access that produced it; never commits."""
+    """Add one noisy marginal, naming the gate access that produced it; never commits.
+
+    The dataset's row is locked first (FOR NO KEY UPDATE, held to the commit), so one
+    dataset's measurement ids are taken and committed in the same order: a fit that sees
+    a measurement sees every one of the dataset with a smaller id that will ever commit,
+    and a version's high-water mark covers exactly what it fitted. (On PostgreSQL ids
+    come from a sequence at insert time; without the lock, a job that took id 5 could
+    commit after one that took id 6 and after a fit that saw 6 but not 5, and its job
+    would find itself covered by a version without its measurement. SQLite's writers
+    are serialised already.)"""
+    session.scalars(
+        select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(key_share=True)
+    ).one()
     record = MeasurementRecord(
         dataset_id=dataset_id,
         job_id=job_id,
@@ -413,6 +425,13 @@ def high_water(
     if active_only:
         query = query.where(MeasurementRecord.status == "active")
     return int(session.scalar(query) or 0)
+
+
+def id_statuses(session: Session, dataset_id: str) -> list[tuple[int, str, str]]:
+    """(id, job id, status) of each of the dataset's measurements, in one read."""
+    query = select(MeasurementRecord.id, MeasurementRecord.job_id, MeasurementRecord.status)
+    rows = session.execute(query.where(MeasurementRecord.dataset_id == dataset_id)).all()
+    return [(int(i), str(job), str(status)) for i, job, status in rows]
 
 
 def list_for_dataset(

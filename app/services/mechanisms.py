@@ -265,11 +265,14 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         sensitivity = unit_accounting.sensitivity_of(session, job.dataset_id)
         completed = stored_rounds(session, job.id)
         lost = [Fraction(a.exact_rho) for a in gate.lost_accesses(session, job.id)]
-        others = [
-            measurement_service.to_pgm(r)
+        other_records = [
+            r
             for r in measurement_service.list_for_dataset(session, job.dataset_id, active_only=True)
             if r.job_id != job.id
         ]
+        others = [measurement_service.to_pgm(r) for r in other_records]
+        # what the mechanism's final model is fitted on besides its own rounds
+        other_ids = frozenset(r.id for r in other_records)
     rho = units_to_rho(params["rho_units"]) * SAFETY
 
     def on_round(round_: Round) -> None:
@@ -337,11 +340,13 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     spent = check_spent(result.rounds, params["rho_units"], lost)
 
     with worker.database.read_only() as session:
-        high_water = measurement_service.high_water(session, dataset_id=job.dataset_id)
-        job_high_water = measurement_service.high_water(
-            session, dataset_id=job.dataset_id, job_id=job.id
-        )
+        own_ids = {
+            i
+            for i, owner, _status in measurement_service.id_statuses(session, job.dataset_id)
+            if owner == job.id
+        }
         estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == job.dataset_id))
+    job_high_water = max(own_ids, default=0)
     worker.check_lease()
     version = None
     # The mechanism's own final fit is mle's; a dataset fitted otherwise refits below.
@@ -351,8 +356,7 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
             job.dataset_id,
             result.model,
             result.fit,
-            high_water=high_water,
-            measurement_count=len(others) + len(result.rounds),
+            fitted_ids=other_ids | own_ids,
             owner=worker.worker_id,
             lease_seconds=worker.settings.lease_seconds,
         )
