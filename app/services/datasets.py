@@ -220,6 +220,18 @@ def _refuse_unfinished_jobs(session: Session, dataset_id: str, doing: str) -> No
         )
 
 
+def _locked_with_its_jobs(session: Session, dataset_id: str) -> Dataset:
+    """The dataset's row, locked after the rows of its unfinished jobs.
+
+    A running job's gate and its stores lock the job's row, then the dataset's; a purge
+    or delete takes them in the same order, so beside a running job it waits for the
+    gate's short transaction and is then refused (409 `jobs_pending`) instead of
+    deadlocking with it (PostgreSQL would abort one of the two).
+    """
+    jobs.unfinished(session, dataset_id=dataset_id)
+    return get_dataset(session, dataset_id, for_update=True)
+
+
 def _destroy_columns(session: Session, dataset_id: str) -> None:
     # On SQLite every connection zeroes what it deletes (`secure_delete`, app.db); what
     # the WAL, PostgreSQL's dead tuples and free space still hold, the scrub after the
@@ -234,7 +246,7 @@ def purge_records(session: Session, dataset_id: str) -> Dataset:
     records); purging again changes nothing. Measuring is refused from then on
     (`require_records`). After the commit, the caller runs `scrub.scrub_storage`.
     """
-    dataset = get_dataset(session, dataset_id, for_update=True)
+    dataset = _locked_with_its_jobs(session, dataset_id)
     if dataset.records_purged_at is not None:
         return dataset
     _refuse_unfinished_jobs(session, dataset_id, "purging its records")
@@ -252,7 +264,7 @@ def delete_dataset(session: Session, dataset_id: str) -> Dataset:
     dataset is then NotFound to everyone, the admin included. After the commit, the
     caller runs `scrub.scrub_storage`.
     """
-    dataset = get_dataset(session, dataset_id, for_update=True)
+    dataset = _locked_with_its_jobs(session, dataset_id)
     _refuse_unfinished_jobs(session, dataset_id, "deleting it")
     now = utcnow()
     _destroy_columns(session, dataset_id)

@@ -202,6 +202,13 @@ def revoke(session: Session, *, dataset_id: str, grant_id: str) -> Grant:
     refunded whole, a running one stops at its next safe point. The ledger keeps
     every line.
     """
+    # The tenant's unfinished jobs are locked first: a running job's gate and stores lock
+    # its row, then the dataset's, and the same order here keeps the two from deadlocking.
+    tenant_id = session.scalar(
+        select(Grant.tenant_id).where(Grant.id == grant_id, Grant.dataset_id == dataset_id)
+    )
+    if tenant_id is not None:
+        jobs.unfinished(session, dataset_id=dataset_id, tenant_id=tenant_id)
     _locked_dataset(session, dataset_id)
     grant = get_grant(session, dataset_id=dataset_id, grant_id=grant_id, for_update=True)
     if grant.revoked_at is not None:

@@ -1,0 +1,107 @@
+"""An admin's purge, delete or revoke beside a running job's gate never deadlocks with it.
+
+A job's gate and stores lock the job's row, then the dataset's. These admin actions
+take the same rows in the same order: one that arrives while a store holds the job's
+row waits for it, then answers as it would have (409 `jobs_pending`, or the revoke
+cancels the job), and the store commits. In the other order, on PostgreSQL, the two
+would deadlock and one of them would be aborted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import ApiHelper, job_row
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.db import Database
+from app.services import jobs
+from app.services import measurements as measurement_service
+from app.worker import Worker
+
+
+def _queued_job(client: TestClient, api: ApiHelper) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """(tenant, dataset, id of a queued measurement job of that tenant on it)."""
+    tenant, dataset = api.tenant_with_grant(1)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        headers=tenant["headers"],
+        json={"marginals": [["sex"]], "rho": 0.5},
+    )
+    assert response.status_code == 202, response.text
+    return tenant, dataset, response.json()["job_id"]
+
+
+def _beside_a_store(
+    database: Database,
+    settings: Settings,
+    dataset_id: str,
+    job_id: str,
+    request: Callable[[], Any],
+) -> Any:
+    """Start `request()` (an admin's call) while a store holds the job's row, then let the
+    store lock the dataset's row and commit; the admin's response."""
+    cells = Worker(database, settings).domain_of(dataset_id).cells(("sex",))
+    answer: dict[str, Any] = {}
+    store = database.session()
+    try:
+        jobs.get(store, job_id, for_update=True)  # as `RecordGate.store_fence` does
+        thread = threading.Thread(target=lambda: answer.update(response=request()))
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the admin's call did not wait for the job's row"
+        # the store's dataset lock (`measurements.store`): the admin's call must not hold it
+        measurement_service.store(
+            store,
+            dataset_id=dataset_id,
+            job_id=job_id,
+            position=0,
+            attributes=("sex",),
+            noise_kind="gaussian",
+            scale=10.0,
+            rho_units_used=1,
+            values=np.full(cells, 5, dtype=np.int64),
+            access_id=None,
+        )
+        store.commit()
+    finally:
+        store.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return answer["response"]
+
+
+@pytest.mark.parametrize("action", ["records", "dataset"])
+def test_a_purge_or_delete_beside_a_store_waits_and_is_refused(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings, action: str
+) -> None:
+    tenant, dataset, job_id = _queued_job(client, api)
+    path = f"/v1/datasets/{dataset['id']}" + ("/records" if action == "records" else "")
+    response = _beside_a_store(
+        database, settings, dataset["id"], job_id, lambda: client.delete(path, headers=api.admin)
+    )
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "jobs_pending"
+    assert response.json()["error"]["job_ids"] == [job_id]
+    assert client.get(f"/v1/datasets/{dataset['id']}", headers=api.admin).status_code == 200
+    cancelled = client.post(f"/v1/jobs/{job_id}/cancel", headers=tenant["headers"])
+    assert cancelled.status_code == 200, cancelled.text
+
+
+def test_a_revoke_beside_a_store_waits_and_cancels_the_job(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    tenant, dataset, job_id = _queued_job(client, api)
+    grants = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=api.admin).json()
+    (grant,) = [g for g in grants if g["tenant_id"] == tenant["id"]]
+    path = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+    response = _beside_a_store(
+        database, settings, dataset["id"], job_id, lambda: client.delete(path, headers=api.admin)
+    )
+    assert response.status_code == 204, response.text
+    assert job_row(database, job_id).status == "cancelled"
