@@ -182,7 +182,9 @@ def get_dataset(
     as for a dataset that does not exist or was deleted)."""
     query = _visible(select(Dataset).where(Dataset.id == dataset_id), tenant_id)
     if for_update:
-        query = query.with_for_update(of=Dataset)
+        # FOR NO KEY UPDATE: a charge holding its grant's row can still write the rows
+        # that point at the dataset, so a delete waiting for that grant never deadlocks.
+        query = query.with_for_update(of=Dataset, key_share=True)
     dataset = session.scalars(query).one_or_none()
     if dataset is None:
         raise NotFound("dataset not found")

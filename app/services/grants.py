@@ -47,11 +47,15 @@ def granted_units(session: Session, dataset_id: str) -> int:
 
 
 def _locked_dataset(session: Session, dataset_id: str) -> Dataset:
-    """The dataset row, locked (grants on it change one at a time); NotFound if deleted."""
+    """The dataset row, locked (grants on it change one at a time); NotFound if deleted.
+
+    FOR NO KEY UPDATE: rows that point at the dataset (a charge's ledger line, a job) can
+    still be written, so a charge that holds its grant's row while a grant change waits
+    for it goes on and commits instead of deadlocking with it."""
     dataset = session.scalars(
         select(Dataset)
         .where(Dataset.id == dataset_id, Dataset.deleted_at.is_(None))
-        .with_for_update()
+        .with_for_update(key_share=True)
     ).one_or_none()
     if dataset is None:
         raise NotFound("dataset not found")

@@ -1,16 +1,20 @@
-"""An admin's purge, delete or revoke beside a running job's gate never deadlocks with it.
+"""An admin's purge, delete or revoke never deadlocks with a running job or a charge.
 
 A job's gate and stores lock the job's row, then the dataset's. These admin actions
 take the same rows in the same order: one that arrives while a store holds the job's
 row waits for it, then answers as it would have (409 `jobs_pending`, or the revoke
-cancels the job), and the store commits. In the other order, on PostgreSQL, the two
-would deadlock and one of them would be aborted.
+cancels the job), and the store commits. A charge locks the tenant's grant, then
+writes rows that point at the dataset; the admin's lock on the dataset lets those
+writes through. In the other order, or with a lock that blocks them, the two would
+deadlock on PostgreSQL and one of them would be aborted (SQLite runs one writer at a
+time: there the tests check the answers only).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -20,8 +24,9 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database
-from app.services import jobs
+from app.services import jobs, ledger
 from app.services import measurements as measurement_service
+from app.services.rho import rho_units_ceil
 from app.worker import Worker
 
 
@@ -104,4 +109,48 @@ def test_a_revoke_beside_a_store_waits_and_cancels_the_job(
         database, settings, dataset["id"], job_id, lambda: client.delete(path, headers=api.admin)
     )
     assert response.status_code == 204, response.text
+    assert job_row(database, job_id).status == "cancelled"
+
+
+def test_a_revoke_beside_a_charge_waits_and_cancels_the_job_it_made(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    grants = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=api.admin).json()
+    (grant,) = [g for g in grants if g["tenant_id"] == tenant["id"]]
+    path = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+    domain = Worker(database, settings).domain_of(dataset["id"])
+    answer: dict[str, Any] = {}
+    submit = database.session()
+    try:
+        # a measurement's charge locks the tenant's grant first (`ledger.charge`) ...
+        ledger.get_grant(submit, tenant_id=tenant["id"], dataset_id=dataset["id"], for_update=True)
+        thread = threading.Thread(
+            target=lambda: answer.update(response=client.delete(path, headers=api.admin))
+        )
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the revoke did not wait for the grant's row"
+        # ... then writes rows that point at the dataset: the revoke must not block them
+        job, _charge = measurement_service.submit(
+            submit,
+            tenant_id=tenant["id"],
+            dataset_id=dataset["id"],
+            domain=domain,
+            kind="measure",
+            params={"marginals": [["sex"]]},
+            rho_units_total=rho_units_ceil(Fraction(1, 2)),
+            attribute_sets=[("sex",)],
+            max_model_cells=settings.max_model_cells,
+            idempotency_key=None,
+            body_hash="lock-order",
+            description="lock order",
+        )
+        job_id = job.id
+        submit.commit()
+    finally:
+        submit.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert answer["response"].status_code == 204, answer["response"].text
     assert job_row(database, job_id).status == "cancelled"
