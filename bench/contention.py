@@ -1,7 +1,8 @@
 """Admins and tenants writing at once beside busy workers: does any request fail?
 
 Starts `privq serve` and `--workers` `privq worker` processes on a scratch PostgreSQL
-database (`bench/scale_service.py`). Three small datasets, each granted to `--tenants`
+database (`--backend sqlite`: a scratch SQLite file and the embedded worker;
+`bench/scale_service.py`). Three small datasets, each granted to `--tenants`
 tenants. For `--duration` seconds every tenant, in a thread of its own, submits
 measurements and AIM jobs, cancels some of its running jobs and asks for marginals,
 while two admin threads revoke grants and grant them again, change grant limits and
@@ -10,7 +11,8 @@ Prints one JSON line: the answers per call and status, the 5xx answers (a deadlo
 surfaces as 503 `database_unavailable`), and from the service's own log the jobs the
 workers gave back after a database error and the deadlocks among those errors.
 
-    .venv/bin/python bench/contention.py [--duration 60] [--workers 2] [--tenants 4]
+    .venv/bin/python bench/contention.py [--backend postgres|sqlite] [--duration 60]
+        [--workers 2] [--tenants 4]
 """
 
 from __future__ import annotations
@@ -109,9 +111,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tenants", type=int, default=4)
     parser.add_argument("--port", type=int, default=8474)
+    parser.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="privq-contention-"))
-    service = Service("postgres", workdir, args.port, args.workers)
+    service = Service(args.backend, workdir, args.port, args.workers)
     stop = threading.Event()
     try:
         service.wait_ready()
@@ -163,7 +166,7 @@ def main() -> None:
     finally:
         stop.set()
         service.stop()
-    log = (workdir / "service-postgres.log").read_text(errors="replace")
+    log = (workdir / f"service-{args.backend}.log").read_text(errors="replace")
     server_errors = {k: v for k, v in calls.counts.items() if k.split()[-1].startswith("5")}
     print(
         json.dumps(
