@@ -234,6 +234,17 @@ def _locked_with_its_jobs(session: Session, dataset_id: str) -> Dataset:
     return get_dataset(session, dataset_id, for_update=True)
 
 
+def _refuse_charges_in_flight(session: Session, dataset_id: str, doing: str) -> None:
+    """Lock the dataset's grants, then look for unfinished jobs once more.
+
+    A charge holds its grant's row until it has committed its job, so the look after this
+    lock sees the job of a charge that was in flight; a charge that comes after it finds
+    the grant revoked (a delete) or the records purged (`measurements.submit`).
+    """
+    session.scalars(select(Grant.id).where(Grant.dataset_id == dataset_id).with_for_update()).all()
+    _refuse_unfinished_jobs(session, dataset_id, doing)
+
+
 def _destroy_columns(session: Session, dataset_id: str) -> None:
     # On SQLite every connection zeroes what it deletes (`secure_delete`, app.db); what
     # the WAL, PostgreSQL's dead tuples and free space still hold, the scrub after the
@@ -252,6 +263,7 @@ def purge_records(session: Session, dataset_id: str) -> Dataset:
     if dataset.records_purged_at is not None:
         return dataset
     _refuse_unfinished_jobs(session, dataset_id, "purging its records")
+    _refuse_charges_in_flight(session, dataset_id, "purging its records")
     _destroy_columns(session, dataset_id)
     dataset.records_purged_at = utcnow()
     session.flush()
@@ -268,6 +280,7 @@ def delete_dataset(session: Session, dataset_id: str) -> Dataset:
     """
     dataset = _locked_with_its_jobs(session, dataset_id)
     _refuse_unfinished_jobs(session, dataset_id, "deleting it")
+    _refuse_charges_in_flight(session, dataset_id, "deleting it")
     now = utcnow()
     _destroy_columns(session, dataset_id)
     for table in (MeasurementRecord, ModelVersion, FitLock):

@@ -30,7 +30,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from app.db import Dataset, Job, MeasurementRecord, new_id
-from app.errors import InvalidRequest, LedgerInvariantViolated
+from app.errors import InvalidRequest, LedgerInvariantViolated, RecordsPurged
 from app.ingest import pack_column, unpack_column
 from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
 from app.metrics import record_pending_measurement
@@ -327,6 +327,13 @@ def submit(
             raise LedgerInvariantViolated("an idempotent replay found a charge without a job")
         return jobs.get(session, charge.job_id), charge
     # Raising here rolls the charge back with the rest of the transaction.
+    # The grant's row is locked now. A purge that committed while this request was checked
+    # is seen here; one still running waits for this charge before its last look for
+    # unfinished jobs (`datasets.purge_records`), so a job is never made for records that
+    # are gone. (A delete revokes the grant: the charge above finds none.)
+    purged = session.scalar(select(Dataset.records_purged_at).where(Dataset.id == dataset_id))
+    if purged is not None:
+        raise RecordsPurged()
     if check_model:
         check_model_size(
             session,

@@ -5,9 +5,11 @@ take the same rows in the same order: one that arrives while a store holds the j
 row waits for it, then answers as it would have (409 `jobs_pending`, or the revoke
 cancels the job), and the store commits. A charge locks the tenant's grant, then
 writes rows that point at the dataset; the admin's lock on the dataset lets those
-writes through. In the other order, or with a lock that blocks them, the two would
-deadlock on PostgreSQL and one of them would be aborted (SQLite runs one writer at a
-time: there the tests check the answers only).
+writes through, and a purge or delete takes the grants' rows before its last look for
+unfinished jobs, so it sees the job such a charge makes; a charge after a purge is
+refused. In the other order, or with a lock that blocks them, the two would deadlock
+on PostgreSQL and one of them would be aborted (SQLite runs one writer at a time:
+there the tests check the answers only).
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import numpy as np
 import pytest
 from conftest import ApiHelper, job_row
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database
+from app.errors import RecordsPurged
+from app.pgm.domain import Domain
 from app.services import jobs, ledger
 from app.services import measurements as measurement_service
 from app.services.rho import rho_units_ceil
@@ -40,6 +45,28 @@ def _queued_job(client: TestClient, api: ApiHelper) -> tuple[dict[str, Any], dic
     )
     assert response.status_code == 202, response.text
     return tenant, dataset, response.json()["job_id"]
+
+
+def _measure(
+    session: Session, settings: Settings, tenant_id: str, dataset_id: str, domain: Domain
+) -> str:
+    """A tenant's measurement submitted in `session` (`measurements.submit`: the charge,
+    then the job), uncommitted; the job's id."""
+    job, _charge = measurement_service.submit(
+        session,
+        tenant_id=tenant_id,
+        dataset_id=dataset_id,
+        domain=domain,
+        kind="measure",
+        params={"marginals": [["sex"]]},
+        rho_units_total=rho_units_ceil(Fraction(1, 2)),
+        attribute_sets=[("sex",)],
+        max_model_cells=settings.max_model_cells,
+        idempotency_key=None,
+        body_hash="lock-order",
+        description="lock order",
+    )
+    return str(job.id)
 
 
 def _beside_a_store(
@@ -132,21 +159,7 @@ def test_a_revoke_beside_a_charge_waits_and_cancels_the_job_it_made(
         thread.join(timeout=1.0)
         assert thread.is_alive(), "the revoke did not wait for the grant's row"
         # ... then writes rows that point at the dataset: the revoke must not block them
-        job, _charge = measurement_service.submit(
-            submit,
-            tenant_id=tenant["id"],
-            dataset_id=dataset["id"],
-            domain=domain,
-            kind="measure",
-            params={"marginals": [["sex"]]},
-            rho_units_total=rho_units_ceil(Fraction(1, 2)),
-            attribute_sets=[("sex",)],
-            max_model_cells=settings.max_model_cells,
-            idempotency_key=None,
-            body_hash="lock-order",
-            description="lock order",
-        )
-        job_id = job.id
+        job_id = _measure(submit, settings, tenant["id"], dataset["id"], domain)
         submit.commit()
     finally:
         submit.close()
@@ -154,3 +167,51 @@ def test_a_revoke_beside_a_charge_waits_and_cancels_the_job_it_made(
     assert not thread.is_alive()
     assert answer["response"].status_code == 204, answer["response"].text
     assert job_row(database, job_id).status == "cancelled"
+
+
+@pytest.mark.parametrize("action", ["records", "dataset"])
+def test_a_purge_or_delete_beside_a_charge_sees_the_job_it_makes(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings, action: str
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    path = f"/v1/datasets/{dataset['id']}" + ("/records" if action == "records" else "")
+    domain = Worker(database, settings).domain_of(dataset["id"])
+    answer: dict[str, Any] = {}
+    submit = database.session()
+    try:
+        # a charge holds its grant's row until its job is committed
+        ledger.get_grant(submit, tenant_id=tenant["id"], dataset_id=dataset["id"], for_update=True)
+        thread = threading.Thread(
+            target=lambda: answer.update(response=client.delete(path, headers=api.admin))
+        )
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the purge or delete did not wait for the charge"
+        job_id = _measure(submit, settings, tenant["id"], dataset["id"], domain)
+        submit.commit()
+    finally:
+        submit.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    # Without its last look under the grants' locks, the purge or delete would succeed and
+    # leave this job queued on records that are gone.
+    assert answer["response"].status_code == 409, answer["response"].text
+    assert answer["response"].json()["error"]["job_ids"] == [job_id]
+    assert client.get(f"/v1/datasets/{dataset['id']}", headers=api.admin).status_code == 200
+    assert job_row(database, job_id).status == "queued"
+
+
+def test_a_charge_after_a_purge_is_refused_and_writes_nothing(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    tenant, dataset = api.tenant_with_grant(1)
+    domain = Worker(database, settings).domain_of(dataset["id"])
+    # the request's own checks passed before the purge; its charge comes after it
+    purged = client.delete(f"/v1/datasets/{dataset['id']}/records", headers=api.admin)
+    assert purged.status_code == 204, purged.text
+    with database.session() as submit, pytest.raises(RecordsPurged):
+        _measure(submit, settings, tenant["id"], dataset["id"], domain)
+    ledger_lines = client.get(
+        "/v1/ledger", headers=api.admin, params={"dataset_id": dataset["id"]}
+    ).json()
+    assert [line for line in ledger_lines if line["kind"] == "charge"] == []
