@@ -44,7 +44,9 @@ def set_estimator(session: Session, dataset_id: str, estimator: str) -> Estimato
             field="estimator",
         )
     dataset = session.scalars(
-        select(Dataset).where(Dataset.id == dataset_id).with_for_update()
+        select(Dataset)
+        .where(Dataset.id == dataset_id, Dataset.deleted_at.is_(None))
+        .with_for_update()
     ).one_or_none()
     if dataset is None:
         raise NotFound("dataset not found")

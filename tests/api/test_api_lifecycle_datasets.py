@@ -142,3 +142,14 @@ def test_deleting_a_dataset_keeps_only_the_ledger(client, api, database, setting
     jobs = client.get("/v1/jobs", params={"dataset_id": dataset_id}, headers=ADMIN_HEADERS)
     assert [j["status"] for j in jobs.json()] == ["succeeded"]
     assert client.delete(f"/v1/datasets/{dataset_id}", headers=ADMIN_HEADERS).status_code == 404
+    # Nothing else the admin may do to a dataset reaches a deleted one.
+    for method, path, body in (
+        ("PATCH", "", {"estimator": "cgm-em"}),
+        ("DELETE", "/records", None),
+        ("POST", "/grants", {"tenant_id": tenant["id"], "rho": 1}),
+        ("GET", "/grants", None),
+    ):
+        response = client.request(
+            method, f"/v1/datasets/{dataset_id}{path}", json=body, headers=ADMIN_HEADERS
+        )
+        assert response.status_code == 404, (method, path, response.text)
