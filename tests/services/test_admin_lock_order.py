@@ -69,6 +69,32 @@ def _measure(
     return str(job.id)
 
 
+def _beside(
+    database: Database,
+    hold: Callable[[Session], None],
+    finish: Callable[[Session], str | None],
+    request: Callable[[], Any],
+) -> tuple[Any, str | None]:
+    """In a session of its own, `hold` takes a first lock; `request()` (an admin's call)
+    starts in a thread and must wait for it; then `finish` goes on in the same session and
+    commits. (The admin's response, what `finish` returned.)"""
+    answer: dict[str, Any] = {}
+    session = database.session()
+    try:
+        hold(session)
+        thread = threading.Thread(target=lambda: answer.update(response=request()))
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the admin's call did not wait for the first lock"
+        result = finish(session)
+        session.commit()
+    finally:
+        session.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    return answer["response"], result
+
+
 def _beside_a_store(
     database: Database,
     settings: Settings,
@@ -76,20 +102,14 @@ def _beside_a_store(
     job_id: str,
     request: Callable[[], Any],
 ) -> Any:
-    """Start `request()` (an admin's call) while a store holds the job's row, then let the
-    store lock the dataset's row and commit; the admin's response."""
+    """`request()` while a store holds the job's row (as `RecordGate.store_fence` does); the
+    store then locks the dataset's row (`measurements.store`), which the admin's call must
+    not hold. The admin's response."""
     cells = Worker(database, settings).domain_of(dataset_id).cells(("sex",))
-    answer: dict[str, Any] = {}
-    store = database.session()
-    try:
-        jobs.get(store, job_id, for_update=True)  # as `RecordGate.store_fence` does
-        thread = threading.Thread(target=lambda: answer.update(response=request()))
-        thread.start()
-        thread.join(timeout=1.0)
-        assert thread.is_alive(), "the admin's call did not wait for the job's row"
-        # the store's dataset lock (`measurements.store`): the admin's call must not hold it
+
+    def store(session: Session) -> None:
         measurement_service.store(
-            store,
+            session,
             dataset_id=dataset_id,
             job_id=job_id,
             position=0,
@@ -100,12 +120,41 @@ def _beside_a_store(
             values=np.full(cells, 5, dtype=np.int64),
             access_id=None,
         )
-        store.commit()
-    finally:
-        store.close()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    return answer["response"]
+
+    def hold(session: Session) -> None:
+        jobs.get(session, job_id, for_update=True)
+
+    return _beside(database, hold, store, request)[0]
+
+
+def _beside_a_charge(
+    database: Database,
+    settings: Settings,
+    tenant_id: str,
+    dataset_id: str,
+    request: Callable[[], Any],
+) -> tuple[Any, str]:
+    """`request()` while a tenant's charge holds its grant's row (`ledger.charge` locks it
+    first); the charge then writes its ledger line and job, rows that point at the dataset,
+    which the admin's call must not block. (The admin's response, the job's id.)"""
+    domain = Worker(database, settings).domain_of(dataset_id)
+
+    def hold(session: Session) -> None:
+        ledger.get_grant(session, tenant_id=tenant_id, dataset_id=dataset_id, for_update=True)
+
+    def charge(session: Session) -> str | None:
+        return _measure(session, settings, tenant_id, dataset_id, domain)
+
+    response, job_id = _beside(database, hold, charge, request)
+    assert job_id is not None
+    return response, job_id
+
+
+def _grant_path(client: TestClient, api: ApiHelper, tenant_id: str, dataset_id: str) -> str:
+    """The path of the tenant's grant on the dataset."""
+    grants = client.get(f"/v1/datasets/{dataset_id}/grants", headers=api.admin).json()
+    (grant,) = [g for g in grants if g["tenant_id"] == tenant_id]
+    return f"/v1/datasets/{dataset_id}/grants/{grant['id']}"
 
 
 @pytest.mark.parametrize("action", ["records", "dataset"])
@@ -129,9 +178,7 @@ def test_a_revoke_beside_a_store_waits_and_cancels_the_job(
     client: TestClient, api: ApiHelper, database: Database, settings: Settings
 ) -> None:
     tenant, dataset, job_id = _queued_job(client, api)
-    grants = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=api.admin).json()
-    (grant,) = [g for g in grants if g["tenant_id"] == tenant["id"]]
-    path = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
+    path = _grant_path(client, api, tenant["id"], dataset["id"])
     response = _beside_a_store(
         database, settings, dataset["id"], job_id, lambda: client.delete(path, headers=api.admin)
     )
@@ -143,29 +190,15 @@ def test_a_revoke_beside_a_charge_waits_and_cancels_the_job_it_made(
     client: TestClient, api: ApiHelper, database: Database, settings: Settings
 ) -> None:
     tenant, dataset = api.tenant_with_grant(1)
-    grants = client.get(f"/v1/datasets/{dataset['id']}/grants", headers=api.admin).json()
-    (grant,) = [g for g in grants if g["tenant_id"] == tenant["id"]]
-    path = f"/v1/datasets/{dataset['id']}/grants/{grant['id']}"
-    domain = Worker(database, settings).domain_of(dataset["id"])
-    answer: dict[str, Any] = {}
-    submit = database.session()
-    try:
-        # a measurement's charge locks the tenant's grant first (`ledger.charge`) ...
-        ledger.get_grant(submit, tenant_id=tenant["id"], dataset_id=dataset["id"], for_update=True)
-        thread = threading.Thread(
-            target=lambda: answer.update(response=client.delete(path, headers=api.admin))
-        )
-        thread.start()
-        thread.join(timeout=1.0)
-        assert thread.is_alive(), "the revoke did not wait for the grant's row"
-        # ... then writes rows that point at the dataset: the revoke must not block them
-        job_id = _measure(submit, settings, tenant["id"], dataset["id"], domain)
-        submit.commit()
-    finally:
-        submit.close()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    assert answer["response"].status_code == 204, answer["response"].text
+    path = _grant_path(client, api, tenant["id"], dataset["id"])
+    response, job_id = _beside_a_charge(
+        database,
+        settings,
+        tenant["id"],
+        dataset["id"],
+        lambda: client.delete(path, headers=api.admin),
+    )
+    assert response.status_code == 204, response.text
     assert job_row(database, job_id).status == "cancelled"
 
 
@@ -175,28 +208,17 @@ def test_a_purge_or_delete_beside_a_charge_sees_the_job_it_makes(
 ) -> None:
     tenant, dataset = api.tenant_with_grant(1)
     path = f"/v1/datasets/{dataset['id']}" + ("/records" if action == "records" else "")
-    domain = Worker(database, settings).domain_of(dataset["id"])
-    answer: dict[str, Any] = {}
-    submit = database.session()
-    try:
-        # a charge holds its grant's row until its job is committed
-        ledger.get_grant(submit, tenant_id=tenant["id"], dataset_id=dataset["id"], for_update=True)
-        thread = threading.Thread(
-            target=lambda: answer.update(response=client.delete(path, headers=api.admin))
-        )
-        thread.start()
-        thread.join(timeout=1.0)
-        assert thread.is_alive(), "the purge or delete did not wait for the charge"
-        job_id = _measure(submit, settings, tenant["id"], dataset["id"], domain)
-        submit.commit()
-    finally:
-        submit.close()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
+    response, job_id = _beside_a_charge(
+        database,
+        settings,
+        tenant["id"],
+        dataset["id"],
+        lambda: client.delete(path, headers=api.admin),
+    )
     # Without its last look under the grants' locks, the purge or delete would succeed and
     # leave this job queued on records that are gone.
-    assert answer["response"].status_code == 409, answer["response"].text
-    assert answer["response"].json()["error"]["job_ids"] == [job_id]
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["job_ids"] == [job_id]
     assert client.get(f"/v1/datasets/{dataset['id']}", headers=api.admin).status_code == 200
     assert job_row(database, job_id).status == "queued"
 
