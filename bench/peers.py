@@ -6,6 +6,8 @@ Systems, all at the same ρ on the same table, domain and workload:
   overrides them, for privq and privq-paper);
 - `privq-paper`: the same with the paper's schedule (`aim.PAPER_SCHEDULE`: no
   one-way share of its own, no noise filter, T = 16·d);
+- `privq-full`: privq's AIM without coarse forms (`coarse_groups = None`: every
+  candidate a full marginal), to compare the two in one run of the bench;
 - `oneway`: every one-way marginal with an equal share of ρ, one fit (the baseline);
 - `snsynth`: SmartNoise Synth's AIM (`snsynth.aim.AIMSynthesizer.AIM`, called on the
   integer-coded table with its ρ set to ours: its own ε→ρ conversion differs);
@@ -26,8 +28,8 @@ Workload: every marginal of `--degrees` attributes (default "2,3": all 2-way and
 marginals). Tables (bench/peer_tables.py): adult, adult-6k, the generated skewed,
 wide-binary, small-n (and scale) tables of bench/aim.py, and the public penguins, fair,
 randhie, anes96. Prints one JSON line per table and system, then a summary line with,
-per table, privq's median over the best peer's and over the one-way baseline's, each
-with a 90% bootstrap interval.
+per table, privq's median over the best peer's, over the one-way baseline's and over
+privq-full's, each with a 90% bootstrap interval.
 
     .venv/bin/pip install -e '.[bench]'   # opendp[mbi] (mbi, jax), statsmodels, ...
     .venv/bin/pip install --no-deps smartnoise-synth==1.0.8 smartnoise-sql==1.0.10 \\
@@ -56,7 +58,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SYSTEMS = ("privq", "privq-paper", "oneway", "snsynth", "opendp")
+SYSTEMS = ("privq", "privq-paper", "privq-full", "oneway", "snsynth", "opendp")
 
 
 def _workload(attributes: tuple[str, ...], degrees: list[int]) -> list[tuple[str, ...]]:
@@ -72,9 +74,12 @@ def _run_privq(domain, data, truth, rho, workload, system, overrides):  # type: 
     if system == "oneway":
         result = run_oneway(domain, truth, rho, MechanismOptions())
     else:
-        # privq-paper: the paper's schedule (aim.PAPER_SCHEDULE)
-        paper = PAPER_SCHEDULE if system == "privq-paper" else {}
-        options = MechanismOptions(**(paper | overrides))  # type: ignore[arg-type]
+        # privq-paper: the paper's schedule (aim.PAPER_SCHEDULE); privq-full: no coarse forms
+        base = {
+            "privq-paper": PAPER_SCHEDULE,
+            "privq-full": {"coarse_groups": None},
+        }.get(system, {})
+        options = MechanismOptions(**(base | overrides))  # type: ignore[arg-type]
         result = run_aim(domain, truth, rho, workload, options=options)
     return lambda attrs: np.asarray(result.model.marginal(attrs), dtype=float).ravel()
 
@@ -139,7 +144,7 @@ def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]
     order = np.random.default_rng(seed).permutation(len(workload))
     shuffled = [workload[i] for i in order]
     started = time.perf_counter()
-    if system in ("privq", "privq-paper", "oneway"):
+    if system in ("privq", "privq-paper", "privq-full", "oneway"):
         estimate = _run_privq(domain, data, truth, rho, shuffled, system, args["options"])
     elif system == "snsynth":
         estimate = _run_snsynth(domain, data, rho, shuffled)
@@ -198,7 +203,8 @@ def main() -> None:
         "--options",
         type=json.loads,
         default={},
-        help="MechanismOptions fields for privq and privq-paper, as JSON: '{\"noise_filter\": 2}'",
+        help="MechanismOptions fields for privq, privq-paper and privq-full, as JSON: "
+        "'{\"noise_filter\": 2}'",
     )
     args = parser.parse_args()
     rho = rho_from_epsilon(args.epsilon, args.delta)
@@ -246,6 +252,9 @@ def main() -> None:
         if "privq" in medians and "oneway" in medians:
             entry["privq_over_oneway"] = medians["privq"] / medians["oneway"]
             entry["privq_over_oneway_90"] = ratio_interval(samples["privq"], samples["oneway"])
+        if "privq" in medians and "privq-full" in medians:
+            entry["privq_over_full"] = medians["privq"] / medians["privq-full"]
+            entry["privq_over_full_90"] = ratio_interval(samples["privq"], samples["privq-full"])
         summary["tables"][table] = entry
     print(json.dumps(summary))
 

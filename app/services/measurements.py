@@ -39,6 +39,7 @@ from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.privacy import noise
 from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
+from app.privacy.mechanisms.coarse import Coarse
 from app.services import jobs, ledger
 from app.services.pages import Page, page
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
@@ -404,12 +405,26 @@ def store(
     return record
 
 
+def coarse_of(record: MeasurementRecord) -> Coarse | None:
+    """A coarse measurement's groups (an AIM round over groups of values), or None: its
+    values are then over the attributes' own values. ValueError if they are unreadable."""
+    stored = (record.details or {}).get("coarse")
+    if stored is None:
+        return None
+    try:
+        return Coarse.from_dict(record.attributes, stored)
+    except (KeyError, TypeError) as error:
+        raise ValueError("unreadable groups of values") from error
+
+
 def to_pgm(record: MeasurementRecord) -> Measurement:
+    coarse = coarse_of(record)
     return Measurement(
         attributes=tuple(record.attributes),
         values=unpack_column(record.values).astype(float),
         noise=record.noise,
         scale=record.scale,
+        query=None if coarse is None else coarse.query,
     )
 
 
@@ -464,6 +479,17 @@ def page_for_dataset(
         cursor=cursor,
         key_of=lambda record: (record.id,),
     )
+
+
+def group_ranges(record: MeasurementRecord) -> list[list[list[int]]] | None:
+    """A coarse measurement's groups, per attribute [first, last] code; None otherwise."""
+    try:
+        coarse = coarse_of(record)
+    except ValueError:
+        return None  # quarantined by the next fit; its values are listed as stored
+    if coarse is None:
+        return None
+    return [[[first, last] for first, last in runs] for runs in coarse.ranges()]
 
 
 def decoded_values(record: MeasurementRecord) -> list[int]:

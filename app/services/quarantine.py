@@ -38,6 +38,7 @@ from app.pgm.estimation import FitRecord, fit
 from app.pgm.junction_tree import ModelTooLarge
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
+from app.services.measurements import coarse_of
 
 logger = logging.getLogger("privq.fits")
 
@@ -64,8 +65,14 @@ def unfittable_reason(record: MeasurementRecord, domain: Domain) -> str | None:
     attributes = tuple(record.attributes)
     if any(a not in domain for a in attributes) or len(set(attributes)) != len(attributes):
         return "its attributes are not the dataset's"
+    try:
+        coarse = coarse_of(record)
+    except ValueError:
+        return "its groups of values are unreadable"
+    if coarse is not None and coarse.sizes != domain.shape(attributes):
+        return "its groups of values are not of the dataset's attributes"
     values = unpack_column(record.values)
-    if values.size != domain.cells(attributes):
+    if values.size != (domain.cells(attributes) if coarse is None else coarse.cells):
         return "its number of counts does not match its marginal"
     if values.size and int(np.abs(values).max()) > MAX_EXACT_COUNT:
         return f"its counts exceed 2^53 in magnitude ({format_limit(MAX_EXACT_COUNT)})"

@@ -13,6 +13,7 @@ from app.privacy.mechanisms import MechanismOptions, run_aim
 from app.privacy.mechanisms import aim as aim_module
 from app.privacy.mechanisms import engine as engine_module
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI, theorem4_round_bound
+from app.privacy.mechanisms.coarse import Coarse
 from app.privacy.mechanisms.fitted_noise import fitted_noise, kept_share
 from app.privacy.mechanisms.rounds import Round, Selection
 from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
@@ -110,8 +111,14 @@ def test_aim_scores_and_filters_with_the_fitted_noise(monkeypatch: pytest.Monkey
 
     def spy(run, candidates, sigma, options_):  # type: ignore[no-untyped-def]
         terms = real(run, candidates, sigma, options_)
-        estimates = {r: run.estimate(r) for r in candidates}
-        assert terms == fitted_noise(run.domain, estimates, sigma)
+        full = [r for r in candidates if not isinstance(r, Coarse)]
+        estimates = {r: run.estimate(r) for r in full}
+        assert {r: terms[r] for r in full} == fitted_noise(run.domain, estimates, sigma)
+        for r in candidates:  # a coarse form's over its groups, as if they were values
+            if isinstance(r, Coarse):
+                grouped = Domain(r.attributes, r.groups)
+                found = fitted_noise(grouped, {r.attributes: run.estimate_of(r)}, sigma)
+                assert terms[r] == found[r.attributes]
         computed[len(run.rounds)] = terms  # (free annealing may redo it before the round)
         return terms
 
@@ -130,7 +137,8 @@ def test_aim_scores_and_filters_with_the_fitted_noise(monkeypatch: pytest.Monkey
     assert selected
     for r in selected:
         assert r.selection is not None and r.selection.bias is None
-        assert r.selection.chosen_noise == computed[r.index][r.attributes]
+        chosen = r.attributes if r.coarse is None else r.coarse
+        assert r.selection.chosen_noise == computed[r.index][chosen]
         assert r.selection.chosen_noise < SQRT_2_OVER_PI * r.sigma * r.values.size
     # Theorem 4 gets each unmeasured workload marginal's own term from its last round
     assert bounded and len(bounded) == len(result.unmeasured_bounds)

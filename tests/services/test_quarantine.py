@@ -174,3 +174,72 @@ def test_a_failure_no_new_measurement_explains_leaves_the_last_good_version(
         f"/v1/datasets/{world['dataset_id']}/measurements", headers=world["headers"]
     ).json()
     assert {r["status"] for r in releases} == {"active"}  # nobody was blamed
+
+
+def store_coarse(
+    database: Database, job_id: str, sizes: list[int], values: list[int], scale: float = 1.0
+) -> int:
+    """Store, as the job's release, a coarse (sex, age) measurement as an AIM round
+    stores one: its groups in the round's details."""
+    groups = [min(n, 3) for n in sizes]
+    with database.unit_of_work() as session:
+        job = session.get(Job, job_id)
+        record = measurement_service.store(
+            session,
+            access_id=None,
+            dataset_id=job.dataset_id,
+            job_id=job.id,
+            position=0,
+            attributes=["sex", "age"],
+            noise_kind="gaussian",
+            scale=scale,
+            rho_units_used=1,
+            values=np.array(values, dtype=np.int64),
+            details={"coarse": {"sizes": sizes, "groups": groups}},
+        )
+        return int(record.id)
+
+
+def test_a_coarse_release_is_fitted_over_its_groups_and_listed_with_them(
+    client: TestClient, world: dict[str, Any], database: Database, settings: Settings
+) -> None:
+    job_id = post_measurement(client, world, marginals=[["sex", "age"]], sigma=1.0)
+    # (sex: F, M) × (age: bins 0–1, 2–3, 4): the five rows are F 23, M 41, F 67, M 17, F 30
+    # (σ = 0.05 against the one-way marginals' σ = 1: the fit follows it closely)
+    stored_id = store_coarse(database, job_id, [2, 5], [1, 1, 1, 1, 1, 0], scale=0.05)
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+    assert job_row(database, job_id).status == "succeeded"
+    assert model_version(client, world) == 2
+    listed = client.get(
+        f"/v1/datasets/{world['dataset_id']}/measurements", headers=world["headers"]
+    ).json()
+    coarse = next(r for r in listed if r["id"] == stored_id)
+    assert coarse["status"] == "active"
+    assert coarse["groups"] == [[[0, 0], [1, 1]], [[0, 1], [2, 3], [4, 4]]]
+    assert coarse["values"] == [1, 1, 1, 1, 1, 0]
+    assert all(r["groups"] is None for r in listed if r["id"] != stored_id)
+    # the model's (sex, age) marginal, summed over the groups, follows the measurement
+    answer = client.get(
+        f"/v1/datasets/{world['dataset_id']}/marginals",
+        params={"attrs": "sex,age"},
+        headers=world["headers"],
+    ).json()
+    table = np.asarray(answer["counts"], dtype=float).reshape(2, 5)
+    grouped = np.add.reduceat(table, [0, 2, 4], axis=1).ravel()
+    assert np.allclose(grouped, [1, 1, 1, 1, 1, 0], atol=0.1)
+
+
+def test_a_coarse_release_over_other_values_is_quarantined(
+    client: TestClient, world: dict[str, Any], database: Database, settings: Settings
+) -> None:
+    job_id = post_measurement(client, world, marginals=[["sex", "age"]], sigma=1.0)
+    stored_id = store_coarse(database, job_id, [2, 4], [1, 1, 1, 1, 1, 0])  # age has 5
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+    assert job_row(database, job_id).status == "failed"
+    listed = client.get(
+        f"/v1/datasets/{world['dataset_id']}/measurements", headers=world["headers"]
+    ).json()
+    record = next(r for r in listed if r["id"] == stored_id)
+    assert record["status"] == "quarantined"
+    assert "not of the dataset's attributes" in record["quarantine_reason"]
+    assert model_version(client, world) == 1

@@ -150,7 +150,15 @@ class MeasurementOut(BaseModel):
     sigma: float | None = None
     scale: float | None = None
     rho: float
-    values: list[int] = Field(description="Noisy counts, row-major over the attributes' codes.")
+    values: list[int] = Field(
+        description="Noisy counts, row-major over the attributes' codes (over their groups "
+        "when `groups` is set)."
+    )
+    groups: list[list[list[int]]] | None = Field(
+        default=None,
+        description="A coarse measurement (an AIM round over groups of consecutive values): "
+        "per attribute, each group's first and last code; null when every value is its own.",
+    )
     details: dict[str, Any] | None = Field(
         default=None,
         description="A mechanism round's details (σ, ε, selection statistics); null for "
@@ -175,6 +183,7 @@ class MeasurementOut(BaseModel):
             scale=record.scale if record.noise == "laplace" else None,
             rho=units_to_rho(record.rho_units),
             values=measurement_service.decoded_values(record),
+            groups=measurement_service.group_ranges(record),
             details=release.details,
             created_at=record.created_at,
             status=record.status,  # type: ignore[arg-type]

@@ -48,6 +48,13 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   √(2/π)·σ·n_r, which overstates it where the model puts few rows in many cells
   (`options.fitted_noise`; docs/mechanisms.md has the figures). Its inputs are the
   model and σ, so it is fixed before the round reads anything.
+- A pair whose full marginal the noise filter leaves out, of one attribute with at most
+  `options.coarse_groups` (G = 3) values and one with more, is offered in coarse form
+  (`coarse`): the small attribute's values against G runs of the other's consecutive
+  values, a linear query with the pair's sensitivity and weight. Forms join the
+  candidates of a round that some full multi-way candidate lets run; they never make a
+  round run on their own, so where nothing is measurable in full σ still anneals for
+  free as before.
 
 With privacy units of at most k rows (`options.sensitivity`), every marginal has
 sensitivity k: each σ above is k times as large for the same ρ, ε is unchanged, and
@@ -62,7 +69,7 @@ annealing decision after the last stored round is recomputed from the refitted m
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Unpack
 
 import numpy as np
@@ -70,13 +77,19 @@ import numpy as np
 from app.pgm.domain import Domain
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
 from app.privacy.mechanisms.budget import round_cost, split_round
+from app.privacy.mechanisms.coarse import (
+    Coarse,
+    coarse_form,
+    with_coarse_forms,
+    without_needless_forms,
+)
 from app.privacy.mechanisms.engine import (
     MechanismResult,
     MechanismRun,
     RunArguments,
     TrueMarginal,
 )
-from app.privacy.mechanisms.fitted_noise import fitted_noise
+from app.privacy.mechanisms.filtering import noise_filter, noise_terms
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
 from app.privacy.mechanisms.workload import candidate_weights, normalise_workload, size_filter
@@ -93,6 +106,7 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "anneal_factor": 2.0,
     "wide_filter_share": None,
     "fitted_noise": False,
+    "coarse_groups": None,
 }
 
 # The noise filter's own annealing, before any access while nothing multi-way passes it,
@@ -229,69 +243,13 @@ def estimated_rows(rounds: Sequence[Round]) -> float:
     return max(float(np.dot(weights, totals) / np.sum(weights)), 1.0)
 
 
-def noise_filter(
-    candidates: Sequence[Attrs],
-    noise: Mapping[Attrs, float],
-    rows: float,
-    factor: float | None,
-    selection: tuple[Mapping[Attrs, float], float] | None = None,
-) -> list[Attrs]:
-    """Candidates whose expected error, were they measured now, is at most `factor`·N̂.
-
-    The error is the measurement's noise term `noise[r]` (the noise the fit keeps,
-    `noise_terms`) plus, given `selection` = (weights w, ε), what the exponential
-    mechanism may miss by in choosing it: its quality is within 2Δ·ln|C|/ε of the best,
-    which is 2Δ·ln|C|/(ε·w_r) in r's L1 error. C is every candidate (at least as many as
-    the mechanism will choose from) and Δ bounds the mechanism's sensitivity, the largest
-    weight of what this filter returns. Δ starts at the largest weight among the
-    candidates whose noise alone is within `factor`·N̂ (never a candidate the noise
-    already rules out) and steps down through their weights, leaving out what is heavier,
-    until a candidate of two or more attributes passes: with a 3-way workload the triples
-    weigh most, and where their noise plus their own slack keeps them out, their weight
-    would keep every pair out too. A measurement whose noise is comparable to the rows
-    cannot improve the model (its quality is below zero once the noise exceeds 2N), yet
-    at a small ε the exponential mechanism picks it almost as often as a useful one. N̂
-    comes from released measurements and the rest from public sizes, the model and the
-    round's ε, so this costs nothing.
-    """
-    if factor is None or not candidates:
-        return list(candidates)
-    limit = factor * rows
-    if selection is None:
-        return [r for r in candidates if noise[r] <= limit]
-    weights, epsilon = selection
-    measurable = [r for r in candidates if noise[r] <= limit] or candidates
-    reach = 2.0 * math.log(len(candidates)) / epsilon
-    first_level: list[Attrs] | None = None  # what passes at the largest Δ
-    for delta in sorted({weights[r] for r in measurable}, reverse=True):
-        passing = [
-            r
-            for r in candidates
-            if weights[r] <= delta and noise[r] + reach * delta / weights[r] <= limit
-        ]
-        if any(len(r) > 1 for r in passing):
-            return passing
-        if first_level is None:
-            first_level = passing
-    return first_level or []  # nothing multi-way at any level: the first level's
-
-
-def noise_terms(
-    run: MechanismRun, candidates: Sequence[Attrs], sigma: float, options: MechanismOptions
-) -> dict[Attrs, float]:
-    """{r: η_r}, the noise term of r's quality and of the noise filter at σ: the noise the
-    fit keeps (`fitted_noise`, from the model's answers) with `options.fitted_noise`,
-    else the paper's raw √(2/π)·σ·n_r. Public sizes and released measurements only."""
-    if options.fitted_noise:
-        return fitted_noise(run.domain, {r: run.estimate(r) for r in candidates}, sigma)
-    return {r: SQRT_2_OVER_PI * sigma * run.domain.cells(r) for r in candidates}
-
-
 def _anneal(run: MechanismRun, last: Round) -> bool:
     """AIM's test: did measuring `last` move the model's answer by less than the noise?"""
     if last.estimate_before is None:
         raise RoundsMismatch(f"round {last.index} has no estimate before it: cannot anneal")
     after = run.estimate(last.attributes)
+    if last.coarse is not None:
+        after = last.coarse.project(after)
     change = float(np.abs(after - last.estimate_before).sum())
     return change <= SQRT_2_OVER_PI * last.sigma * last.values.size
 
@@ -352,6 +310,11 @@ def run_aim(
                 raise RoundsMismatch(f"stored round {index} is not AIM's one-way rest")
         elif r.attributes not in weights or r.selection is None:
             raise RoundsMismatch(f"stored round {index} is not an AIM selection round")
+        elif r.coarse is not None and (
+            options.coarse_groups is None
+            or r.coarse != coarse_form(domain, r.attributes, options.coarse_groups)
+        ):
+            raise RoundsMismatch(f"stored round {index} is not a coarse form AIM offers")
         if any(prior.final for prior in run.rounds):
             raise RoundsMismatch("stored rounds continue after the final round")
 
@@ -422,27 +385,33 @@ def run_aim(
         candidates = size_filter(domain, run.measured, weights, limit, options.max_model_cells)
         if not candidates:  # refused before the round's access, so it costs nothing
             raise ValueError("no candidate marginal fits within the model size limit")
-        noise = noise_terms(run, candidates, sigma, options)
+        # coarse forms of the pairs the noise filter leaves out (none without a filter)
+        groups = options.coarse_groups if options.noise_filter is not None else None
+        offered, offered_weights = with_coarse_forms(domain, candidates, weights, groups)
+        noise = noise_terms(run, offered, sigma, options)
         if options.noise_filter is not None:
             # the selection's sensitivity is k·max w_r: as if ε were ε/k
-            selecting = (weights, epsilon / options.sensitivity)
-            affordable = noise_filter(candidates, noise, rows, factor, selecting)
-            if not any(len(r) > 1 for r in affordable):
-                # No marginal of two or more attributes is measurable at this noise (decided
-                # from N̂, public sizes and the model: free): anneal before any access, or,
-                # in the final round, spend the rest on the one-way marginals.
+            selecting = (offered_weights, epsilon / options.sensitivity)
+            affordable = without_needless_forms(
+                noise_filter(offered, noise, rows, factor, selecting)
+            )
+            if not any(len(r) > 1 and not isinstance(r, Coarse) for r in affordable):
+                # No full marginal of two or more attributes is measurable at this noise
+                # (decided from N̂, public sizes and the model: free; a coarse form alone
+                # never makes a round run): anneal before any access, or, in the final
+                # round, spend the rest on the one-way marginals.
                 if closing:
                     measure_rest(len(run.rounds))
                     break
                 free = FREE_ANNEAL_FACTOR
                 sigma, epsilon, annealed, skipped = sigma / free, epsilon * free, True, True
                 continue
-            candidates = affordable
+            offered = affordable
         skipped = False
         with run.access("select+measure", sigma, epsilon):
             # (the paper's term goes as its coefficient, which the round then records)
             terms = noise if options.fitted_noise else SQRT_2_OVER_PI
-            chosen, before, info = run.select(candidates, weights, sigma, epsilon, terms)
+            chosen, before, info = run.select(offered, offered_weights, sigma, epsilon, terms)
             record = run.measure(
                 "select+measure",
                 chosen,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from app.privacy import noise, selection
 from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
 from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger
+from app.privacy.mechanisms.coarse import Candidate, Coarse, attributes_of
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import (
     Attrs,
@@ -49,6 +50,7 @@ from app.privacy.mechanisms.rounds import (
 from app.privacy.mechanisms.workload import covered_by
 
 TrueMarginal = Callable[[Attrs], np.ndarray]
+C = TypeVar("C", bound=Candidate)  # what a selection chooses among: marginals or coarse ones
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,11 @@ class MechanismRun:
         ]
         check_replayed(self.stored, self.options.sensitivity)
         for r in self.stored:
-            if r.values.size != domain.cells(r.attributes):
+            if r.coarse is not None and r.coarse.sizes != domain.shape(r.attributes):
+                raise RoundsMismatch(f"stored round {r.index} groups other attributes' values")
+            if r.values.size != (
+                domain.cells(r.attributes) if r.coarse is None else r.coarse.cells
+            ):
                 raise RoundsMismatch(f"stored round {r.index} has the wrong number of values")
         self.on_round = arguments.get("on_round")
         self.gate = arguments.get("gate")
@@ -285,6 +291,21 @@ class MechanismRun:
             self._estimates[attrs] = found
         return found
 
+    def cells_of(self, r: Candidate) -> int:
+        return r.cells if isinstance(r, Coarse) else self.domain.cells(r)
+
+    def truth_of(self, r: Candidate) -> np.ndarray:
+        """r's true counts (a coarse candidate's over its groups); only within an access."""
+        if isinstance(r, Coarse):
+            return r.project(self.truth(r.attributes))
+        return self.truth(r)
+
+    def estimate_of(self, r: Candidate) -> np.ndarray:
+        """The model's answer to r (a coarse candidate's over its groups)."""
+        if isinstance(r, Coarse):
+            return r.project(self.estimate(r.attributes))
+        return self.estimate(r)
+
     def _progress(self, stage: Literal["measured", "fitted", "done"], attrs: Attrs) -> None:
         notify(
             self.on_progress,
@@ -302,17 +323,19 @@ class MechanismRun:
     # --- steps ------------------------------------------------------------------
     def select(
         self,
-        candidates: Sequence[Attrs],
-        weights: Mapping[Attrs, float],
+        candidates: Sequence[C],
+        weights: Mapping[C, float],
         sigma: float,
         epsilon: float,
-        noise: float | Mapping[Attrs, float],
-    ) -> tuple[Attrs, np.ndarray, dict[str, Any]]:
+        noise: float | Mapping[C, float],
+    ) -> tuple[C, np.ndarray, dict[str, Any]]:
         """Exponential mechanism over the candidates, quality w_r(‖M_r(D) − M_r(p̂)‖₁ − η_r).
 
         η_r, r's noise term, is `noise`·σ·n_r when `noise` is a coefficient b (AIM's paper
         √(2/π), MWEM 0), or `noise[r]` (rows) when it is a mapping; either depends on
-        public sizes and released measurements only, so the sensitivity is k·max w_r."""
+        public sizes and released measurements only, so the sensitivity is k·max w_r. A
+        coarse candidate (`Coarse`) is scored on its groups: one unit moves its counts by at
+        most k too."""
         if not candidates:
             raise ValueError("no candidate marginal fits within the model size limit")
         self._require_open("a selection")
@@ -320,18 +343,18 @@ class MechanismRun:
         if isinstance(noise, Mapping):
             terms, bias = {r: float(noise[r]) for r in candidates}, None
         else:
-            terms = {r: noise * sigma * self.domain.cells(r) for r in candidates}
+            terms = {r: noise * sigma * self.cells_of(r) for r in candidates}
             bias = float(noise)
-        estimates = [self.estimate(r) for r in candidates]
+        estimates = [self.estimate_of(r) for r in candidates]
         scores = np.empty(len(candidates))
         for k, (r, est) in enumerate(zip(candidates, estimates, strict=True)):
-            error = float(np.abs(self.truth(r) - est).sum())
+            error = float(np.abs(self.truth_of(r) - est).sum())
             scores[k] = weights[r] * (error - terms[r])
         # One unit moves each ‖M_r(D) − M_r(p̂)‖₁ by at most k, so q_r by at most k·w_r.
         sensitivity = self.options.sensitivity * max(weights[r] for r in candidates)
         chosen = selection.exponential_mechanism(scores, epsilon, sensitivity)
         for r, est in zip(candidates, estimates, strict=True):
-            if r in self.workload:
+            if not isinstance(r, Coarse) and r in self.workload:
                 self.estimates_at_selection[r] = (index, est, terms[r])
         info = {
             "candidates": len(candidates),
@@ -339,14 +362,16 @@ class MechanismRun:
             "chosen_weight": float(weights[candidates[chosen]]),
             "bias": bias,
             "chosen_noise": terms[candidates[chosen]],
-            "workload_candidates": tuple(r for r in candidates if r in self.workload),
+            "workload_candidates": tuple(
+                r for r in candidates if not isinstance(r, Coarse) and r in self.workload
+            ),
         }
         return candidates[chosen], estimates[chosen], info
 
     def measure(
         self,
         kind: RoundKind,
-        attrs: Attrs,
+        target: Candidate,
         sigma: float,
         epsilon: float,
         *,
@@ -355,12 +380,13 @@ class MechanismRun:
         estimate_before: np.ndarray | None = None,
         selection_info: Mapping[str, Any] | None = None,
     ) -> Round:
-        """Draw the noise (OpenDP), hand the round to `on_round`, keep it (within `access`)."""
+        """Draw the noise (OpenDP) on `target`'s counts (a marginal, or a coarse one's
+        groups), hand the round to `on_round`, keep it (within `access`)."""
         opened = self._require_open("a measurement")
         if (opened.kind, opened.sigma, opened.epsilon) != (kind, sigma, epsilon):
             raise MechanismStateError("a round measured at another price than it paid")
         cost = opened.cost
-        noisy = noise.discrete_gaussian(self.truth(attrs), sigma)
+        noisy = noise.discrete_gaussian(self.truth_of(target), sigma)
         selection_record = None
         if selection_info is not None:
             if estimate_before is None:
@@ -371,7 +397,7 @@ class MechanismRun:
         record = Round(
             index=len(self.rounds),
             kind=kind,
-            attributes=attrs,
+            attributes=attributes_of(target),
             sigma=sigma,
             epsilon=epsilon,
             rho=cost,
@@ -381,11 +407,12 @@ class MechanismRun:
             estimate_before=estimate_before,
             selection=selection_record,
             sensitivity=opened.sensitivity,
+            coarse=target if isinstance(target, Coarse) else None,
         )
         if self.on_round is not None:
             self.on_round(record)  # the service commits it here, before anything uses it
         self.rounds.append(record)
-        self._progress("measured", attrs)
+        self._progress("measured", record.attributes)
         return record
 
     def refit(self, final: bool = False) -> None:
@@ -413,7 +440,10 @@ class MechanismRun:
             raise BudgetOverspent(
                 f"mechanism spent {used!r} ρ but was charged {self.ledger.charged!r}"
             )
-        measured = self.measured
+        # a coarse measurement (a query over the marginal) does not cover it: no Theorem 2
+        measured = [
+            self.domain.canonical(m.attributes) for m in self.measurements() if m.query is None
+        ]
         bounds: dict[Attrs, UnmeasuredBound] = {}
         for r in self.workload:
             weight = 1.0 if weights is None else weights[r]

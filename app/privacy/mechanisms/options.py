@@ -42,6 +42,10 @@ class MechanismOptions:
     # fit keeps of a measurement (app.privacy.mechanisms.fitted_noise); False: the
     # paper's raw √(2/π)·σ·n_r.
     fitted_noise: bool = True
+    # AIM: a pair whose full marginal the noise filter leaves out is offered in coarse
+    # form instead, each attribute's values in at most this many runs of consecutive
+    # codes (app.privacy.mechanisms.coarse); None: never.
+    coarse_groups: int | None = 3
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
@@ -93,6 +97,9 @@ class MechanismOptions:
             raise ValueError("wide_filter_share must be positive")
         if not isinstance(self.fitted_noise, bool):
             raise ValueError("fitted_noise must be true or false")
+        groups = self.coarse_groups
+        if groups is not None and (type(groups) is not int or groups < 2):
+            raise ValueError("coarse_groups must be an integer of at least 2")
         if not 0.0 < self.confidence < 1.0:
             raise ValueError("confidence must be in (0, 1)")
         if self.round_fit_work < 1 or self.round_min_iterations < 1:

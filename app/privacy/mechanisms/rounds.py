@@ -26,6 +26,7 @@ import numpy as np
 
 from app.pgm.measurement import Measurement
 from app.privacy.mechanisms.budget import exact_round_cost, round_cost
+from app.privacy.mechanisms.coarse import Coarse
 
 Attrs = tuple[str, ...]
 RoundKind = Literal["measure", "select+measure"]
@@ -128,6 +129,7 @@ class Round(Priced):
     estimate_before: np.ndarray | None = None  # M_r(p̂_{t−1}) of the chosen r
     selection: Selection | None = None
     sensitivity: int = 1  # k: rows per privacy unit (rounds stored without it had k = 1)
+    coarse: Coarse | None = None  # a coarse marginal's groups (`values` are over them)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", tuple(self.attributes))
@@ -138,9 +140,13 @@ class Round(Priced):
             )
         if self.kind not in ("measure", "select+measure"):
             raise ValueError(f"unknown round kind {self.kind!r}")
+        if self.coarse is not None and self.coarse.attributes != self.attributes:
+            raise ValueError("a coarse round's groups are of other attributes than its own")
 
     def measurement(self) -> Measurement:
-        return Measurement(self.attributes, self.values.astype(float), "gaussian", self.sigma)
+        query = None if self.coarse is None else self.coarse.query
+        values = self.values.astype(float)
+        return Measurement(self.attributes, values, "gaussian", self.sigma, query=query)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,12 +164,13 @@ class Round(Priced):
             else [float(v) for v in self.estimate_before],
             "selection": None if self.selection is None else self.selection.to_dict(),
             "sensitivity": self.sensitivity,
-        }
+        } | ({} if self.coarse is None else {"coarse": self.coarse.to_dict()})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Round:
         estimate = data.get("estimate_before")
         selection = data.get("selection")
+        coarse = data.get("coarse")
         return cls(
             index=int(data["index"]),
             kind=data["kind"],
@@ -177,6 +184,7 @@ class Round(Priced):
             estimate_before=None if estimate is None else np.asarray(estimate, dtype=float),
             selection=None if selection is None else Selection.from_dict(selection),
             sensitivity=int(data.get("sensitivity", 1)),
+            coarse=None if coarse is None else Coarse.from_dict(data["attributes"], coarse),
         )
 
 
@@ -194,3 +202,5 @@ def check_replayed(rounds: Sequence[Round], sensitivity: int = 1) -> None:
             raise RoundsMismatch(f"stored round {position} records ρ {r.rho} but costs {r.cost}")
         if r.values.size == 0:
             raise RoundsMismatch(f"stored round {position} has no values")
+        if r.coarse is not None and r.values.size != r.coarse.cells:
+            raise RoundsMismatch(f"stored round {position} has values for other groups")
