@@ -11,7 +11,7 @@ import pytest
 from app.pgm.domain import Domain
 from app.privacy.mechanisms import MechanismOptions, run_aim
 from app.privacy.mechanisms import engine as engine_module
-from app.privacy.mechanisms.aim import PAPER_SCHEDULE
+from app.privacy.mechanisms.aim import PAPER_SCHEDULE, form_groups
 from app.privacy.mechanisms.coarse import (
     Coarse,
     coarse_form,
@@ -151,6 +151,19 @@ def test_a_round_offers_forms_only_beside_a_full_pair_and_never_beside_their_own
         full = [r for r in candidates if not isinstance(r, Coarse)]
         assert not forms or any(len(r) > 1 for r in full)
         assert all(f.attributes not in full for f in forms)
+
+
+def test_forms_only_where_rows_are_few_for_the_budget() -> None:
+    """Forms come with the one-way top-up (the one-way round's noise a large share of
+    N̂); on a large table a pair the filter leaves out at first is measured in full later."""
+    workload = list(combinations(DOMAIN.attributes, 2))
+    options = MechanismOptions(**FAST)  # type: ignore[arg-type]
+    d = len(DOMAIN.attributes)
+    for rows, expected in ((400, 3), (40_000, None)):
+        result = run_aim(DOMAIN, _hub_table(rows), RHO, workload, options=options)
+        assert form_groups(DOMAIN, RHO, result.rounds[:d], options) == expected
+        if expected is None:
+            assert all(r.coarse is None for r in result.rounds)
 
 
 def test_without_coarse_groups_no_form_is_offered() -> None:

@@ -214,6 +214,18 @@ def topup_sigmas(
     }
 
 
+def form_groups(
+    domain: Domain, rho: float, init: Sequence[Round], options: MechanismOptions
+) -> int | None:
+    """G of the run's coarse forms: `options.coarse_groups` where the one-way round's
+    noise share asks for a top-up (rows are few for the budget; post-processing, like
+    the top-up), else None. On a large table a pair the filter leaves out at first is
+    measured in full once σ anneals; its form would take budget from the full pairs."""
+    if options.coarse_groups is None or not topup_sigmas(domain, rho, init, options):
+        return None
+    return options.coarse_groups
+
+
 def oneway_noise_share(init: Sequence[Round]) -> float:
     """s: the one-way round's expected noise as a share of N̂, mean √(2/π)·σ_i·n_i / 2N̂
     over its marginals (released totals and public sizes: post-processing)."""
@@ -311,8 +323,8 @@ def run_aim(
         elif r.attributes not in weights or r.selection is None:
             raise RoundsMismatch(f"stored round {index} is not an AIM selection round")
         elif r.coarse is not None and (
-            options.coarse_groups is None
-            or r.coarse != coarse_form(domain, r.attributes, options.coarse_groups)
+            (groups := form_groups(domain, rho, run.rounds[:d1], options)) is None
+            or r.coarse != coarse_form(domain, r.attributes, groups)
         ):
             raise RoundsMismatch(f"stored round {index} is not a coarse form AIM offers")
         if any(prior.final for prior in run.rounds):
@@ -349,6 +361,7 @@ def run_aim(
     step = options.anneal_factor
     rows = estimated_rows(run.rounds[:d1])
     factor = filter_factor(run.rounds[:d1], options)
+    groups = form_groups(domain, rho, run.rounds[:d1], options)
     last = run.rounds[-1]
     if rest_start:
         if not last.final:
@@ -385,8 +398,7 @@ def run_aim(
         candidates = size_filter(domain, run.measured, weights, limit, options.max_model_cells)
         if not candidates:  # refused before the round's access, so it costs nothing
             raise ValueError("no candidate marginal fits within the model size limit")
-        # coarse forms of the pairs the noise filter leaves out (none without a filter)
-        groups = options.coarse_groups if options.noise_filter is not None else None
+        # coarse forms of the pairs the noise filter leaves out, where rows are few
         offered, offered_weights = with_coarse_forms(domain, candidates, weights, groups)
         noise = noise_terms(run, offered, sigma, options)
         if options.noise_filter is not None:
