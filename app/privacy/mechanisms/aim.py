@@ -48,8 +48,9 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   √(2/π)·σ·n_r, which overstates it where the model puts few rows in many cells
   (`options.fitted_noise`; docs/mechanisms.md has the figures). Its inputs are the
   model and σ, so it is fixed before the round reads anything.
-- A pair whose full marginal the noise filter leaves out, of one attribute with at most
-  `options.coarse_groups` (G = 3) values and one with more, is offered in coarse form
+- Where the one-way round asks for a top-up (`form_groups`), a pair whose full marginal
+  the noise filter leaves out, of one attribute with at most `options.coarse_groups`
+  (G = 3) values and one with more, is offered in coarse form
   (`coarse`): the small attribute's values against G runs of the other's consecutive
   values, a linear query with the pair's sensitivity and weight. Forms join the
   candidates of a round that some full multi-way candidate lets run; they never make a
