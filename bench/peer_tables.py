@@ -72,6 +72,12 @@ def _public(name: str) -> Any:
         import palmerpenguins
 
         return palmerpenguins.load_penguins()
+    if name in SKLEARN:
+        from sklearn import datasets
+
+        frame = getattr(datasets, SKLEARN[name])(as_frame=True).frame
+        frame["target"] = frame["target"].astype(str)  # the class, a category
+        return frame
     import statsmodels.api as sm
 
     frame = getattr(sm.datasets, name).load_pandas().data
@@ -86,7 +92,12 @@ PUBLIC = {
     "fair": "statsmodels fair: 6,366 rows x 9",
     "randhie": "statsmodels randhie: 20,190 rows x 10",
     "anes96": "statsmodels anes96: 944 rows x 10",
+    "iris": "scikit-learn iris: 150 rows x 5",
+    "wine": "scikit-learn wine: 178 rows x 14",
+    "breast-cancer": "scikit-learn breast cancer: 569 rows x 31",
 }
+# the scikit-learn tables: name -> its loader in sklearn.datasets
+SKLEARN = {"iris": "load_iris", "wine": "load_wine", "breast-cancer": "load_breast_cancer"}
 
 
 def load_table(name: str, rows: int | None = None) -> tuple[Domain, np.ndarray]:

@@ -27,9 +27,10 @@ unseedable RNG as privq does: a seed only permutes the workload order.
 Workload: every marginal of `--degrees` attributes (default "2,3": all 2-way and 3-way
 marginals). Tables (bench/peer_tables.py): adult, adult-6k, the generated skewed,
 wide-binary, small-n (and scale) tables of bench/aim.py, and the public penguins, fair,
-randhie, anes96. Prints one JSON line per table and system, then a summary line with,
-per table, privq's median over the best peer's, over the one-way baseline's and over
-privq-full's, each with a 90% bootstrap interval.
+randhie, anes96 (statsmodels), iris, wine and breast-cancer (scikit-learn). Prints one
+JSON line per table and system, then a summary line with, per table, privq's median
+over the best peer's, over the one-way baseline's and over privq-full's, each with a 90%
+bootstrap interval.
 
     .venv/bin/pip install -e '.[bench]'   # opendp[mbi] (mbi, jax), statsmodels, ...
     .venv/bin/pip install --no-deps smartnoise-synth==1.0.8 smartnoise-sql==1.0.10 \\
