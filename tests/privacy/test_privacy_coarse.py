@@ -55,6 +55,7 @@ def test_groups_are_runs_of_consecutive_codes_and_the_query_sums_them() -> None:
     ]
     assert form.project(counts).tolist() == expected
     assert np.array_equal(form.query @ counts, form.project(counts))
+    assert form.project(counts).dtype.kind == "i"  # counts stay integer for the noise
     assert Coarse.from_dict(("x", "y"), form.to_dict()) == form
     with pytest.raises(ValueError, match="between 1 and"):
         Coarse(("x",), (2,), (3,))

@@ -68,20 +68,20 @@ class Coarse:
         ]
 
     def project(self, counts: np.ndarray) -> np.ndarray:
-        """The coarse answer (flat, row-major over the groups) of a full marginal's counts."""
-        table = np.asarray(counts).reshape(self.sizes)
-        for axis, runs in enumerate(self.ranges()):
-            table = np.add.reduceat(table, [first for first, _ in runs], axis=axis)
-        return table.ravel()
+        """The coarse answer (flat, row-major over the groups) of a full marginal's counts,
+        Q·μ: integer counts stay integer."""
+        return np.asarray(self.query @ np.asarray(counts).ravel())
 
     @cached_property
     def query(self) -> sp.csr_matrix:
-        """Q with Q·μ = `project(μ)`: one row per coarse cell, over the full cells."""
-        matrix = sp.csr_matrix(np.ones((1, 1)))
+        """Q, the 0/1 matrix of the groups: one row per coarse cell, over the full cells
+        (int64; a `Measurement` takes it as floats)."""
+        matrix = sp.csr_matrix(np.ones((1, 1), dtype=np.int64))
         for n, runs in zip(self.sizes, self.ranges(), strict=True):
             widths = [last - first + 1 for first, last in runs]
             rows = np.repeat(np.arange(len(runs)), widths)
-            one = sp.csr_matrix((np.ones(n), (rows, np.arange(n))), shape=(len(runs), n))
+            ones = np.ones(n, dtype=np.int64)
+            one = sp.csr_matrix((ones, (rows, np.arange(n))), shape=(len(runs), n))
             matrix = sp.kron(matrix, one, format="csr")
         return matrix
 

@@ -74,10 +74,14 @@ def noise_terms(
     if not options.fitted_noise:
         return {r: SQRT_2_OVER_PI * sigma * run.cells_of(r) for r in candidates}
     full = [r for r in candidates if not isinstance(r, Coarse)]
+    forms = [r for r in candidates if isinstance(r, Coarse)]
     fitted = fitted_noise(run.domain, {r: run.estimate(r) for r in full}, sigma)
     terms: dict[Candidate, float] = {r: term for r, term in fitted.items()}
-    for r in candidates:
-        if isinstance(r, Coarse):
-            grouped = Domain(r.attributes, r.groups)
-            (terms[r],) = fitted_noise(grouped, {r.attributes: run.estimate_of(r)}, sigma).values()
+    if forms:
+        # an attribute has min(n, G) groups in every form, and a pair one form: one call
+        grouped = Domain.from_sizes(
+            {a: g for form in forms for a, g in zip(form.attributes, form.groups, strict=True)}
+        )
+        kept = fitted_noise(grouped, {r.attributes: run.estimate_of(r) for r in forms}, sigma)
+        terms.update({r: kept[r.attributes] for r in forms})
     return terms
