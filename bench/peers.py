@@ -16,12 +16,13 @@ Systems, all at the same ρ on the same table, domain and workload:
 
 Error: the mean over the workload of the total variation ‖M_r(D) − M_r(model)‖₁ / 2N of
 each system's fitted model (not a synthetic sample), per run; the table prints the
-median, minimum and maximum over `--seeds` runs and the median wall time, and where the
-error comes from: the median TV of the system's one-way marginals (`median_oneway_tv`)
-and of the model made of them alone, their product (`median_independent_tv`; the
-system's error is below it by what its measured pairs taught the model). Every run is
-a fresh process (spawned one at a time). The peers draw their noise from OpenDP's
-unseedable RNG as privq does: a seed only permutes the workload order.
+median, minimum, maximum and interquartile range (`iqr_tv`) over `--seeds` runs and the
+median wall time, and where the error comes from: the median TV of the system's one-way
+marginals (`median_oneway_tv`) and of the model made of them alone, their product
+(`median_independent_tv`; the system's error is below it by what its measured pairs
+taught the model). Every run is a fresh process (spawned one at a time). The peers draw
+their noise from OpenDP's unseedable RNG as privq does: a seed only permutes the
+workload order.
 
 ρ: `rho_from_epsilon(ε, δ)` (app.privacy.accounting), ε = 1 and δ = 1e-6 by default.
 Workload: every marginal of `--degrees` attributes (default "2,3": all 2-way and 3-way
@@ -175,6 +176,14 @@ def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]
     }
 
 
+def iqr(values: list[float]) -> float:
+    """Interquartile range (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    first, _, third = statistics.quantiles(values, n=4, method="inclusive")
+    return third - first
+
+
 def ratio_interval(mine: list[float], theirs: list[float], draws: int = 4000) -> list[float]:
     """90% bootstrap interval of median(mine) / median(theirs), each resampled from its
     own runs (how far a few runs' medians can be trusted)."""
@@ -234,6 +243,9 @@ def main() -> None:
                 "median_tv": statistics.median(tvs),
                 "min_tv": min(tvs),
                 "max_tv": max(tvs),
+                # the runs' spread: the range grows with the number of runs, the
+                # interquartile range does not
+                "iqr_tv": iqr(tvs),
                 "tv": [round(t, 5) for t in tvs],
                 "median_seconds": statistics.median(r["seconds"] for r in runs),
                 # where the error comes from: the one-way marginals, and the model made
