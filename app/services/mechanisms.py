@@ -162,8 +162,8 @@ def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     AIM had one of its own, with the paper's (`PAPER_SCHEDULE`); a key missing from a
     stored schedule takes the paper's value, the default when it was stored (16·d
     rounds without `rounds_per_attribute`, σ halved without `anneal_factor`, a noise
-    filter never widened without `wide_filter_share`, the raw noise term without
-    `fitted_noise`)."""
+    filter never widened without `wide_filter_share` and narrowed back at once without
+    `wide_filter_ramp`, the raw noise term without `fitted_noise`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 

@@ -115,8 +115,9 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     """The schedule is kept in the job: a later build's defaults never meet rounds drawn
     under another (one stored without `rounds_per_attribute` ran 16·d rounds, one
     without `anneal_factor` halved σ, one without `wide_filter_share` never widened its
-    noise filter, one without `fitted_noise` scored the raw noise, the defaults then), and
-    a job stored before jobs kept one runs the paper's."""
+    noise filter, one without `wide_filter_ramp` narrowed it back at once, one without
+    `fitted_noise` scored the raw noise, the defaults then), and a job stored before
+    jobs kept one runs the paper's."""
     seen: list[tuple[float | None, ...]] = []
     real = mechanism_service.RUNNERS["aim"]
 
@@ -124,7 +125,7 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
         options = kwargs["options"]
         schedule = (options.init_share, options.noise_filter, options.rounds_per_attribute)
         later = (options.anneal_factor, options.wide_filter_share, options.fitted_noise)
-        seen.append((*schedule, *later))
+        seen.append((*schedule, *later, options.wide_filter_ramp))
         return real(*args, **kwargs)
 
     monkeypatch.setitem(mechanism_service.RUNNERS, "aim", spy)
@@ -144,10 +145,11 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 2
     assert job_row(database, kept).status == "succeeded"
     assert job_row(database, old).status == "succeeded"
-    assert seen == [(0.3, 0.7, 16, 2.0, None, False), (None, None, 16, 2.0, None, False)]
+    assert seen == [(0.3, 0.7, 16, 2.0, None, False, 0.0), (None, None, 16, 2.0, None, False, 0.0)]
     current = mechanism_service.current_schedule()
     assert current["rounds_per_attribute"] == 4 and current["anneal_factor"] == math.sqrt(2.0)
     assert current["wide_filter_share"] == 0.2 and current["fitted_noise"] is True
+    assert current["wide_filter_ramp"] == 0.05
 
 
 def test_mechanism_requests_are_validated_before_charging(

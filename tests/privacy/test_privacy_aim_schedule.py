@@ -12,6 +12,7 @@ from app.pgm.domain import Domain
 from app.privacy.mechanisms import MechanismOptions, run_aim
 from app.privacy.mechanisms import aim as aim_module
 from app.privacy.mechanisms.aim import (
+    PAPER_SCHEDULE,
     TOPUP_MAX,
     TOPUP_TV,
     WIDE_FILTER_FACTOR,
@@ -246,21 +247,59 @@ def test_noise_filter_widens_only_after_a_precise_oneway_round() -> None:
     assert filter_factor(noisy, options) == 0.5
     # the limit is inclusive; without wide_filter_share (and with no filter) nothing widens
     assert filter_factor(precise, MechanismOptions(wide_filter_share=s)) == 1.0
-    assert filter_factor(precise, MechanismOptions(wide_filter_share=s * 0.999)) == 0.5
+    assert filter_factor(precise, MechanismOptions(wide_filter_share=s * 0.999)) < 1.0
+    narrowed_at_once = MechanismOptions(wide_filter_share=s * 0.999, wide_filter_ramp=0.0)
+    assert filter_factor(precise, narrowed_at_once) == 0.5
     assert filter_factor(precise, MechanismOptions(wide_filter_share=None)) == 0.5
     assert filter_factor(precise, MechanismOptions(noise_filter=None)) is None
     with pytest.raises(ValueError, match="wide_filter_share"):
         MechanismOptions(wide_filter_share=0.0)
 
 
+def test_the_wide_filter_narrows_back_linearly_over_its_ramp() -> None:
+    """Past `wide_filter_share` the factor falls linearly over `wide_filter_ramp` of the
+    noise share s, to `noise_filter` at its end; a ramp of 0 is the step the paper's
+    schedule (and a job stored without the key) keeps."""
+    options = MechanismOptions()
+    assert options.wide_filter_ramp == 0.05 and PAPER_SCHEDULE["wide_filter_ramp"] == 0.0
+    noisy = _oneway_round(100, options)
+    s = oneway_noise_share(noisy)
+    assert s > 0.2  # so every limit below is positive
+
+    def factor(wide: float, ramp: float) -> float | None:
+        return filter_factor(noisy, MechanismOptions(wide_filter_share=wide, wide_filter_ramp=ramp))
+
+    ramp = 0.05
+    assert factor(s, ramp) == 1.0
+    for past in (0.2, 0.5, 0.8):  # s lies `past` of the way along the ramp
+        assert factor(s - past * ramp, ramp) == pytest.approx(0.5 * (2.0 - past), rel=1e-9)
+    assert factor(s - ramp, ramp) == 0.5 and factor(s - 2 * ramp, ramp) == 0.5
+    # without a ramp, just past the limit is the narrow filter at once
+    assert factor(s * 0.999, 0.0) == 0.5 and factor(s, 0.0) == 1.0
+    for bad in (-0.01, math.inf, math.nan):
+        with pytest.raises(ValueError, match="wide_filter_ramp"):
+            MechanismOptions(wide_filter_ramp=bad)
+
+
 @pytest.mark.parametrize(
-    ("rows", "wide", "factor"), [(20_000, 0.2, 1.0), (20_000, None, 0.5), (60, 0.2, 0.5)]
+    ("rows", "wide", "ramp", "factor"),
+    [
+        (20_000, 0.2, 0.05, 1.0),
+        (20_000, None, 0.05, 0.5),
+        (30, 0.2, 0.05, 0.5),
+        (30, 1e-6, 100.0, None),  # s lies early on a long ramp: a factor inside (0.5, 1)
+    ],
 )
 def test_a_run_filters_with_the_factor_its_oneway_round_allows(
-    rows: int, wide: float | None, factor: float, monkeypatch: pytest.MonkeyPatch
+    rows: int,
+    wide: float | None,
+    ramp: float,
+    factor: float | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every selection round's noise filter gets the factor `filter_factor` gives the run's
-    own one-way round (drawn here: 20,000 rows at ρ = 0.05 are precise, 60 are not)."""
+    own one-way round (drawn here: 20,000 rows at ρ = 0.05 are precise; 30 are not, their
+    noise share s 0.4 or more, past the ramp)."""
     seen: list[float | None] = []
     passed: list[float] = []  # the noise term of every candidate the filter kept
     real = aim_module.noise_filter
@@ -272,9 +311,12 @@ def test_a_run_filters_with_the_factor_its_oneway_round_allows(
         return kept
 
     monkeypatch.setattr(aim_module, "noise_filter", spy)
-    options = MechanismOptions(wide_filter_share=wide, **FAST)  # type: ignore[arg-type]
+    options = MechanismOptions(wide_filter_share=wide, wide_filter_ramp=ramp, **FAST)  # type: ignore[arg-type]
     result = run_aim(DOMAIN, synthetic(5, rows), 0.05, ALL_PAIRS, options=options)
     init = result.rounds[: len(DOMAIN.attributes)]
+    if factor is None:
+        factor = filter_factor(init, options)
+        assert factor is not None and 0.5 < factor < 1.0
     assert filter_factor(init, options) == factor
     assert seen and set(seen) == {factor}
     assert all(noise <= factor * estimated_rows(init) for noise in passed)
@@ -335,7 +377,7 @@ def test_small_n_run_measures_only_what_its_noise_allows(share: float) -> None:
             # (0.5·N̂, or N̂ after a precise one-way round), and below the raw noise
             assert r.selection is not None and r.selection.chosen_noise is not None
             limit = filter_factor(init, options) or 0.0
-            assert limit in (0.5, 1.0) and r.selection.chosen_noise <= limit * rows
+            assert 0.5 <= limit <= 1.0 and r.selection.chosen_noise <= limit * rows
             assert r.selection.chosen_noise < SQRT_2_OVER_PI * r.sigma * r.values.size
             # σ only falls by annealing: steps of √2 (anneal_factor) or 2 (free)
             ratio = 2.0 * math.log2(sigma1 / r.sigma)

@@ -35,7 +35,8 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
   offers candidates whose noise term η_r (below), plus what the exponential
   mechanism may miss by, is at most `options.noise_filter`·N̂ (twice that while the
-  one-way round's noise share is at most `options.wide_filter_share`: `filter_factor`);
+  one-way round's noise share is at most `options.wide_filter_share`, narrowing back
+  over the next `options.wide_filter_ramp` of it: `filter_factor`);
   while no candidate of two or more attributes passes, σ is halved
   (`FREE_ANNEAL_FACTOR`) before the round's access (nothing read).
   The last selection round costs an ordinary round (the paper's final round only
@@ -106,6 +107,7 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "rounds_per_attribute": 16,
     "anneal_factor": 2.0,
     "wide_filter_share": None,
+    "wide_filter_ramp": 0.0,
     "fitted_noise": False,
     "coarse_groups": None,
 }
@@ -240,11 +242,20 @@ def filter_factor(init: Sequence[Round], options: MechanismOptions) -> float | N
     `options.noise_filter`, times WIDE_FILTER_FACTOR while that round's noise share s is
     at most `options.wide_filter_share` (its one-way marginals are precise, so a pair
     measured at a noise near N̂ still teaches the model something the one-way rest would
-    not; where s is larger, the rest is worth more). Post-processing, like s."""
+    not; where s is larger, the rest is worth more). Over the next
+    `options.wide_filter_ramp` of s the factor falls linearly back to `noise_filter`: s
+    is computed from noisy totals, and a step would let that noise alone decide, on a
+    table whose s lies near the limit, between a run that measures pairs and one that
+    measures none. Post-processing, like s."""
     factor, wide = options.noise_filter, options.wide_filter_share
-    if factor is None or wide is None or not init or oneway_noise_share(init) > wide:
+    if factor is None or wide is None or not init:
         return factor
-    return WIDE_FILTER_FACTOR * factor
+    share, ramp = oneway_noise_share(init), options.wide_filter_ramp
+    if share <= wide:
+        return WIDE_FILTER_FACTOR * factor
+    if share >= wide + ramp:
+        return factor
+    return factor * (1.0 + (WIDE_FILTER_FACTOR - 1.0) * (wide + ramp - share) / ramp)
 
 
 def estimated_rows(rounds: Sequence[Round]) -> float:

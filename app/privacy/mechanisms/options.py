@@ -36,8 +36,10 @@ class MechanismOptions:
     init_share: float | None = 0.2
     noise_filter: float | None = 0.5
     # ... whose limit is twice `noise_filter` × N̂ while the one-way round's expected
-    # noise, as a share of N̂, is at most `wide_filter_share` (None: never).
+    # noise, as a share of N̂, is at most `wide_filter_share` (None: never), and narrows
+    # back linearly while that share rises by `wide_filter_ramp` more (0: at once).
     wide_filter_share: float | None = 0.2
+    wide_filter_ramp: float = 0.05
     # AIM's noise term in each candidate's quality and in the noise filter: the noise the
     # fit keeps of a measurement (app.privacy.mechanisms.fitted_noise); False: the
     # paper's raw √(2/π)·σ·n_r.
@@ -95,6 +97,8 @@ class MechanismOptions:
             raise ValueError("noise_filter must be positive")
         if self.wide_filter_share is not None and not self.wide_filter_share > 0.0:
             raise ValueError("wide_filter_share must be positive")
+        if not (math.isfinite(self.wide_filter_ramp) and self.wide_filter_ramp >= 0.0):
+            raise ValueError("wide_filter_ramp must be a finite number of at least 0")
         if not isinstance(self.fitted_noise, bool):
             raise ValueError("fitted_noise must be true or false")
         groups = self.coarse_groups
