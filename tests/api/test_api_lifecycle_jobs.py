@@ -153,7 +153,11 @@ def test_cancelling_a_running_job_over_http_refunds_exactly_its_unused_rho(
 
     from app.privacy.mechanisms.budget import exact_round_cost
     from app.services.rho import UNITS_PER_RHO, units_to_decimal_str
+    from app.worker import Worker
 
+    # The module's database is shared: jobs earlier tests left queued run first, so that
+    # the paused worker's one claim is Alice's job.
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
     alice, dataset = api.tenant_with_grant(1)
     bob = api.create_tenant()
     api.grant(dataset["id"], bob["id"], 1)  # Bob may use the dataset, not Alice's job
