@@ -203,3 +203,25 @@ def test_a_run_with_coarse_rounds_resumes_without_drawing_them_again() -> None:
 def test_options_refuse_coarse_groups_below_two_or_not_whole(groups: object) -> None:
     with pytest.raises(ValueError, match="coarse_groups"):
         MechanismOptions(coarse_groups=groups)  # type: ignore[arg-type]
+
+
+def test_a_forms_noise_term_is_its_own_fitted_noise_over_its_groups() -> None:
+    """All forms of a round take their terms from one call over a domain of the groups:
+    each equals the term of that form alone. Forms that disagree on an attribute's groups
+    are refused rather than scored on the wrong ones."""
+    from app.privacy.mechanisms.engine import MechanismRun
+    from app.privacy.mechanisms.filtering import noise_terms
+    from app.privacy.mechanisms.fitted_noise import fitted_noise
+
+    run = MechanismRun("t", DOMAIN, _hub_table(), RHO, {("h", "u"): 1.0})
+    hu, hv = (coarse_form(DOMAIN, pair, 3) for pair in (("h", "u"), ("h", "v")))
+    assert hu is not None and hv is not None
+    terms = noise_terms(run, [("h", "b"), hu, hv], 15.0, MechanismOptions())
+    for form in (hu, hv):
+        alone = fitted_noise(
+            Domain(form.attributes, form.groups), {form.attributes: run.estimate_of(form)}, 15.0
+        )
+        assert terms[form] == pytest.approx(alone[form.attributes], rel=1e-12)
+    assert terms[("h", "b")] > 0.0
+    with pytest.raises(ValueError, match="u into different groups"):
+        noise_terms(run, [hu, Coarse(("u", "b"), (9, 2), (4, 2))], 15.0, MechanismOptions())

@@ -78,10 +78,14 @@ def noise_terms(
     fitted = fitted_noise(run.domain, {r: run.estimate(r) for r in full}, sigma)
     terms: dict[Candidate, float] = {r: term for r, term in fitted.items()}
     if forms:
-        # an attribute has min(n, G) groups in every form, and a pair one form: one call
-        grouped = Domain.from_sizes(
-            {a: g for form in forms for a, g in zip(form.attributes, form.groups, strict=True)}
-        )
+        # An attribute has min(n, G) groups in every form of a run (a pair, one form):
+        # one call over a domain of the groups takes every form's term.
+        groups: dict[str, int] = {}
+        for form in forms:
+            for a, g in zip(form.attributes, form.groups, strict=True):
+                if groups.setdefault(a, g) != g:
+                    raise ValueError(f"coarse forms split {a} into different groups")
+        grouped = Domain.from_sizes(groups)
         kept = fitted_noise(grouped, {r.attributes: run.estimate_of(r) for r in forms}, sigma)
         terms.update({r: kept[r.attributes] for r in forms})
     return terms
