@@ -56,7 +56,8 @@ def test_a_long_draw_does_not_delay_other_tenants_writes(
                 if job is not None and (job.progress or {}).get("stage") == "measuring":
                     break
             time.sleep(0.01)
-        waits = []
+        waits: list[float] = []
+        during_draw = 0  # writes that returned while the draw was still under way
         while runner.is_alive() and len(waits) < 200:
             started = time.monotonic()
             answer = client.post(
@@ -66,6 +67,11 @@ def test_a_long_draw_does_not_delay_other_tenants_writes(
             )
             waits.append(time.monotonic() - started)
             assert answer.status_code == 202, answer.text
+            with database.read_only() as session:
+                job = session.get(Job, slow_job)
+                if job is None or (job.progress or {}).get("stage") != "measuring":
+                    break
+            during_draw += 1
             time.sleep(0.05)
     finally:
         runner.join(timeout=120)
@@ -73,9 +79,14 @@ def test_a_long_draw_does_not_delay_other_tenants_writes(
     with database.read_only() as session:
         finished = session.get(Job, slow_job)
         assert finished is not None and finished.status in ("running", "succeeded")
-    # The draw lasted long enough for several writes of the other tenant, and none waited.
-    assert len(waits) >= 5, f"only {len(waits)} writes while the draw ran"
-    assert max(waits) < 1.0, f"another tenant's write waited {max(waits):.2f} s"
+    # A lock held through the draw would make the first write wait until the draw is
+    # stored, so at most that one write could return while the job is still measuring.
+    # Counting writes, not timing them, keeps the test steady on a loaded machine.
+    median = sorted(waits)[len(waits) // 2]
+    assert during_draw >= 5, (
+        f"only {during_draw} writes of another tenant returned while the draw ran "
+        f"(median wait {median:.2f} s)"
+    )
 
 
 def test_a_request_over_the_total_cell_cap_is_refused_and_charges_nothing(
