@@ -150,7 +150,7 @@ def mechanism(
     workload_sets = [tuple(w) for w in params["workload"]]
     if kind == "aim":
         total_rounds, sigma, epsilon = aim_schedule(
-            domain, run_rho, MechanismOptions(sensitivity=sensitivity)
+            domain, run_rho, MechanismOptions(sensitivity=sensitivity), workload_sets
         )
         oneway = sorted({(a,) for attrs in workload_sets for a in attrs})
         schedule: dict[str, Any] = {

@@ -116,7 +116,8 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     under another (one stored without `rounds_per_attribute` ran 16·d rounds, one
     without `anneal_factor` halved σ, one without `wide_filter_share` never widened its
     noise filter, one without `wide_filter_ramp` narrowed it back at once, one without
-    `fitted_noise` scored the raw noise, the defaults then), and a job stored before
+    `fitted_noise` scored the raw noise, one without `measure_share_3way` kept α with
+    3-way workloads, the defaults then), and a job stored before
     jobs kept one runs the paper's."""
     seen: list[tuple[float | None, ...]] = []
     real = mechanism_service.RUNNERS["aim"]
@@ -125,7 +126,7 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
         options = kwargs["options"]
         schedule = (options.init_share, options.noise_filter, options.rounds_per_attribute)
         later = (options.anneal_factor, options.wide_filter_share, options.fitted_noise)
-        seen.append((*schedule, *later, options.wide_filter_ramp))
+        seen.append((*schedule, *later, options.wide_filter_ramp, options.measure_share_3way))
         return real(*args, **kwargs)
 
     monkeypatch.setitem(mechanism_service.RUNNERS, "aim", spy)
@@ -145,11 +146,35 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     assert Worker(database, settings, poll_seconds=0.01).run_until_idle() == 2
     assert job_row(database, kept).status == "succeeded"
     assert job_row(database, old).status == "succeeded"
-    assert seen == [(0.3, 0.7, 16, 2.0, None, False, 0.0), (None, None, 16, 2.0, None, False, 0.0)]
+    assert seen == [
+        (0.3, 0.7, 16, 2.0, None, False, 0.0, None),
+        (None, None, 16, 2.0, None, False, 0.0, None),
+    ]
     current = mechanism_service.current_schedule()
     assert current["rounds_per_attribute"] == 4 and current["anneal_factor"] == math.sqrt(2.0)
     assert current["wide_filter_share"] == 0.2 and current["fitted_noise"] is True
-    assert current["wide_filter_ramp"] == 0.05
+    assert current["wide_filter_ramp"] == 0.05 and current["measure_share_3way"] == 0.8
+
+
+def test_an_aim_dry_run_quotes_the_selection_share_of_its_workload(
+    client: TestClient, api: ApiHelper, small: dict[str, Any]
+) -> None:
+    """A workload with a marginal of three attributes selects at α = 0.8: its dry run
+    quotes √2 times the ε of a pairs-only workload for each selection, from the same ρ."""
+    tenant = new_tenant(api, small["id"])
+    url = f"/v1/datasets/{small['id']}/mechanisms/aim"
+    pairs = [["race", "sex"], ["sex", "income>50K"]]
+    quotes = []
+    for workload in (pairs, [*pairs, ["race", "sex", "income>50K"]]):
+        response = client.post(
+            url,
+            params={"dry_run": True},
+            json={"rho": 0.2, "workload": workload},
+            headers=tenant["headers"],
+        )
+        assert response.status_code == 200, response.text
+        quotes.append(response.json()["epsilon_per_selection"])
+    assert quotes[1] == pytest.approx(math.sqrt(2.0) * quotes[0], rel=1e-9)
 
 
 def test_mechanism_requests_are_validated_before_charging(

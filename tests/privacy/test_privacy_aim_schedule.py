@@ -22,6 +22,7 @@ from app.privacy.mechanisms.aim import (
     initial_schedule,
     noise_filter,
     oneway_noise_share,
+    run_options,
     topup_sigmas,
 )
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
@@ -433,6 +434,43 @@ def test_paper_schedule_still_runs_as_before() -> None:
     assert result.rho_used == pytest.approx(0.3, rel=1e-12)
 
 
+def test_a_workload_with_triples_selects_with_its_own_share() -> None:
+    """α is `measure_share_3way` (0.8) where a workload marginal has three or more
+    attributes and `measure_share` (0.9) otherwise: a selection round of the same ρ then
+    gets √2 times the ε. The paper's schedule, and a job stored without the key, keep α."""
+    rho = 0.05
+    default = MechanismOptions()
+    assert (default.measure_share, default.measure_share_3way) == (0.9, 0.8)
+    assert PAPER_SCHEDULE["measure_share_3way"] is None
+    deep = ALL_PAIRS + list(combinations(DOMAIN.attributes, 3))
+    assert run_options(ALL_PAIRS, default) is default
+    assert run_options(deep, default).measure_share == 0.8
+    assert run_options(deep, MechanismOptions(measure_share_3way=None)).measure_share == 0.9
+    oneway = [(a,) for a in DOMAIN.attributes]
+    _, sigma2, epsilon2 = initial_schedule(DOMAIN, rho, oneway, default)
+    _, sigma3, epsilon3 = initial_schedule(DOMAIN, rho, oneway, run_options(deep, default))
+    assert epsilon3 == pytest.approx(math.sqrt(2.0) * epsilon2, rel=1e-12)
+    assert round_cost(sigma3, epsilon3) == pytest.approx(round_cost(sigma2, epsilon2), rel=1e-12)
+    assert aim_schedule(DOMAIN, rho, default, deep)[2] == epsilon3
+    assert aim_schedule(DOMAIN, rho, default, ALL_PAIRS)[2] == epsilon2
+
+
+@pytest.mark.parametrize(("degrees", "selection_share"), [((2,), 0.1), ((2, 3), 0.2)])
+def test_every_selection_round_of_a_run_spends_its_workloads_share_on_selecting(
+    degrees: tuple[int, ...], selection_share: float
+) -> None:
+    """Annealing, free annealing and the last round all keep a round's split: ε²/8 is
+    1 − α of every selection round's ρ, with α from the run's workload."""
+    workload = [c for k in degrees for c in combinations(DOMAIN.attributes, k)]
+    options = MechanismOptions(**FAST)  # type: ignore[arg-type]
+    result = run_aim(DOMAIN, synthetic(3), 0.5, workload, options=options)
+    selections = [r for r in result.rounds if r.kind == "select+measure"]
+    assert selections
+    for r in selections:
+        assert (r.epsilon**2 / 8.0) / r.cost == pytest.approx(selection_share, rel=1e-9)
+    assert result.rho_used == pytest.approx(0.5, rel=1e-9)
+
+
 def test_options_refuse_shares_outside_zero_one() -> None:
     with pytest.raises(ValueError, match="init_share"):
         MechanismOptions(init_share=1.0)
@@ -440,6 +478,9 @@ def test_options_refuse_shares_outside_zero_one() -> None:
         MechanismOptions(noise_filter=0.0)
     with pytest.raises(ValueError, match="fitted_noise"):
         MechanismOptions(fitted_noise="yes")  # type: ignore[arg-type]
+    for bad in (0.0, 1.0, math.nan):
+        with pytest.raises(ValueError, match="measure_share_3way"):
+            MechanismOptions(measure_share_3way=bad)
 
 
 def test_default_schedule_runs_four_rounds_per_attribute() -> None:

@@ -28,6 +28,9 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   paper's 2), so a round after it costs twice the last instead of four times: where
   the model stops learning at one noise level, the next rounds measure more marginals
   at a noise level between the two (docs/mechanisms.md has the figures).
+- Where the workload holds a marginal of three or more attributes, a round's α is
+  `options.measure_share_3way` (0.8) instead of `options.measure_share` (0.9): ε √2
+  times larger for each selection among the many more candidates (`run_options`).
 - The one-way round spends β·ρ (`options.init_share`, 0.2), split over the one-way
   marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
@@ -72,6 +75,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Unpack
 
 import numpy as np
@@ -110,6 +114,7 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "wide_filter_ramp": 0.0,
     "fitted_noise": False,
     "coarse_groups": None,
+    "measure_share_3way": None,
 }
 
 # The noise filter's own annealing, before any access while nothing multi-way passes it,
@@ -134,11 +139,28 @@ def _paper_schedule(
     return rounds, sigma0, epsilon0
 
 
-def aim_schedule(domain: Domain, rho: float, options: MechanismOptions) -> tuple[int, float, float]:
-    """(T, σ, ε) of a run: T its rounds at most (see `_paper_schedule`), ε its first
-    selection's, σ the largest noise it measures a marginal at: the one-way round's (of
-    every attribute) and the first selection round's (annealing only lowers σ; the one-way
-    rest re-measures marginals the one-way round measured already)."""
+def run_options(workload: Iterable[Sequence[str]], options: MechanismOptions) -> MechanismOptions:
+    """The options a run over `workload` uses: α is `options.measure_share_3way` where a
+    workload marginal has three or more attributes (the workload is public)."""
+    share = options.measure_share_3way
+    if share is None or max(len(w) for w in workload) < 3:
+        return options
+    return replace(options, measure_share=share)
+
+
+def aim_schedule(
+    domain: Domain,
+    rho: float,
+    options: MechanismOptions,
+    workload: Iterable[Sequence[str]] | None = None,
+) -> tuple[int, float, float]:
+    """(T, σ, ε) of a run over `workload` (None: as if of pairs): T its rounds at most
+    (see `_paper_schedule`), ε its first selection's, σ the largest noise it measures a
+    marginal at: the one-way round's (of every attribute) and the first selection round's
+    (annealing only lowers σ; the one-way rest re-measures marginals the one-way round
+    measured already)."""
+    if workload is not None:
+        options = run_options(workload, options)
     oneway = [(a,) for a in domain.attributes]
     sigmas, sigma, epsilon = initial_schedule(domain, rho, oneway, options)
     rounds = _paper_schedule(domain, rho, options)[0]
@@ -295,8 +317,9 @@ def run_aim(
     `arguments` are `RunArguments`: options, completed_rounds (to resume), on_round,
     on_progress, base_measurements, warm_start.
     """
-    options = arguments["options"] = arguments.get("options") or MechanismOptions()
     normalised = normalise_workload(domain, workload)
+    options = run_options(normalised, arguments.get("options") or MechanismOptions())
+    arguments["options"] = options
     weights = candidate_weights(domain, normalised)
     oneway: list[Attrs] = [r for r in weights if len(r) == 1]
     rounds_t = aim_schedule(domain, rho, options)[0]

@@ -28,6 +28,10 @@ class MechanismOptions:
     # record-level round's for the same ρ) and the factor on the selection scores'.
     sensitivity: int = 1
     measure_share: float = 0.9  # α: share of a round's ρ spent on measurement
+    # AIM's α where the workload holds a marginal of three or more attributes (None:
+    # `measure_share`): there the candidates are many more and differ more, and a larger
+    # ε for each selection buys more than the noise it costs (docs/mechanisms.md).
+    measure_share_3way: float | None = 0.8
     # AIM: share of ρ its one-way initialisation spends (None: the paper's α·d/T), and
     # the noise filter: a candidate r is left out of a round while its noise term (below)
     # exceeds `noise_filter` × N̂ (N̂: the rows the one-way round implies);
@@ -91,6 +95,8 @@ class MechanismOptions:
         check_sensitivity(self.sensitivity)
         if not 0.0 < self.measure_share < 1.0:
             raise ValueError("measure_share must be in (0, 1)")
+        if self.measure_share_3way is not None and not 0.0 < self.measure_share_3way < 1.0:
+            raise ValueError("measure_share_3way must be in (0, 1)")
         if self.init_share is not None and not 0.0 < self.init_share < 1.0:
             raise ValueError("init_share must be in (0, 1)")
         if self.noise_filter is not None and not self.noise_filter > 0.0:
