@@ -143,7 +143,7 @@ def run_options(workload: Iterable[Sequence[str]], options: MechanismOptions) ->
     """The options a run over `workload` uses: α is `options.measure_share_3way` where a
     workload marginal has three or more attributes (the workload is public)."""
     share = options.measure_share_3way
-    if share is None or max(len(w) for w in workload) < 3:
+    if share is None or max((len(w) for w in workload), default=0) < 3:
         return options
     return replace(options, measure_share=share)
 
