@@ -163,7 +163,9 @@ def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     stored schedule takes the paper's value, the default when it was stored (16·d
     rounds without `rounds_per_attribute`, σ halved without `anneal_factor`, a noise
     filter never widened without `wide_filter_share` and narrowed back at once without
-    `wide_filter_ramp`, the raw noise term without `fitted_noise`)."""
+    `wide_filter_ramp`, the raw noise term without `fitted_noise`, no coarse forms
+    without `coarse_groups`, α = `measure_share` whatever the workload without
+    `measure_share_3way`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 
