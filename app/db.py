@@ -146,7 +146,7 @@ class Dataset(Base):
     schema_json: Mapped[dict[str, Any]] = mapped_column(JSON)
     # The curator's cap on the sum of all grants' limits; NULL means no cap.
     rho_total_units: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
-    # How models are fitted from the measurements: "mle" or "cgm-em" (app.pgm.estimation).
+    # How models are fitted: "mle", "cgm-em" or "stein" (app.pgm.estimation.ESTIMATOR_NAMES).
     estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     # The privacy unit: rows sharing a value of this column (its name only; the values
     # are never stored) are one unit; NULL means a unit is one row.
@@ -461,7 +461,7 @@ class ModelVersion(Base):
     high_water: Mapped[int] = mapped_column(BigInteger)
     measurement_count: Mapped[int] = mapped_column(Integer)
     solver: Mapped[str] = mapped_column(String(32))
-    # The dataset's estimator when this version was fitted ("mle" or "cgm-em").
+    # The dataset's estimator when this version was fitted (app.pgm.estimation).
     estimator: Mapped[str] = mapped_column(String(16), default="mle", server_default="mle")
     iterations: Mapped[int] = mapped_column(Integer)
     loss: Mapped[float] = mapped_column(Float)

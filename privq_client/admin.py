@@ -24,7 +24,7 @@ from privq_client.client import privacy_amount
 from privq_client.drafting import text_objects
 from privq_client.transport import Json, segment
 
-Estimator = Literal["mle", "cgm-em"]
+Estimator = Literal["mle", "cgm-em", "stein"]
 CsvSource = str | os.PathLike[str] | pd.DataFrame | IO[bytes] | IO[str]
 SchemaSource = Mapping[str, Any] | str | os.PathLike[str]
 # Uploads are validated row by row before the service answers: allow them time.
@@ -257,8 +257,8 @@ class AdminClient(BaseClient):
         self._transport.request("DELETE", f"/v1/datasets/{segment(dataset_id)}/records")
 
     def set_estimator(self, dataset_id: str, estimator: Estimator) -> Json:
-        """Choose how the dataset's model is fitted (`mle` or `cgm-em`). Returns the dataset;
-        if the estimator changed and something is measured, `refit_job_id` names the job
+        """Choose how the dataset's model is fitted (`mle`, `cgm-em` or `stein`). Returns the
+        dataset; if the estimator changed and something is measured, `refit_job_id` names the job
         refitting the model from the same measurements (it spends nothing):
         `admin.job(answer["refit_job_id"]).wait()`."""
         body: Json = self._transport.json(

@@ -244,7 +244,7 @@ class DatasetOut(BaseModel):
     )
     estimator: str = Field(
         default="mle",
-        description='How the model is fitted from the measurements: "mle" or "cgm-em".',
+        description='How the model is fitted from the measurements: "mle", "cgm-em" or "stein".',
     )
     privacy_unit: PrivacyUnitOut | None = Field(
         default=None,
@@ -286,9 +286,11 @@ class DatasetPatch(RequestBody):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"estimator": "cgm-em"}]}
     )
-    estimator: Literal["mle", "cgm-em"] = Field(
+    estimator: Literal["mle", "cgm-em", "stein"] = Field(
         description='"mle": Private-PGM\'s maximum likelihood (L2 for Gaussian, L1 for Laplace '
-        'noise); "cgm-em": the true marginals latent, EM (Bernstein et al., 2017). Changing '
+        'noise); "cgm-em": the true marginals latent, EM (Bernstein et al., 2017); "stein": '
+        "mle after each attribute's one-way measurements are pooled and shrunk toward the "
+        "uniform marginal (James–Stein), for tables with few rows for their budget. Changing "
         "it refits the model from the same measurements, as a job that spends nothing."
     )
 

@@ -111,7 +111,9 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "dataset_id",
     )
     estimator.add_argument(
-        "estimator", choices=ESTIMATOR_NAMES, help="mle (default) or cgm-em (Laplace EM)"
+        "estimator",
+        choices=ESTIMATOR_NAMES,
+        help="mle (default), cgm-em (Laplace EM) or stein (one-way marginals shrunk)",
     )
     action(
         actions,

@@ -13,7 +13,7 @@ is written in a short one, only while the lock is still this worker's. A measure
 the fit cannot use is quarantined rather than left to fail every later fit
 (`app.services.quarantine`); the last good version keeps answering meanwhile.
 
-Each fit uses the dataset's estimator at the time ("mle" or "cgm-em") and the version
+Each fit uses the dataset's estimator at the time ("mle", "cgm-em", "stein") and the version
 records it; `refit` fits anew even when a version covers everything (the estimator
 changed).
 """

@@ -27,7 +27,7 @@ JOB_KIND = "refit"
 
 
 class UnknownEstimator(InvalidRequest):
-    """The estimator must be "mle" or "cgm-em"."""
+    """The estimator must be one of app.pgm.estimation.ESTIMATOR_NAMES."""
 
 
 @dataclass(frozen=True)

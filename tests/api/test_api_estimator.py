@@ -238,3 +238,55 @@ def test_a_cgm_em_refit_runs_em_after_the_solver_and_the_model_counts_its_iterat
     assert run_jobs(database, settings) == 1
     assert _model(client, dataset_id, headers)["estimator"] == "mle"
     assert len(calls) == 1  # back to mle: no EM
+
+
+def test_a_stein_refit_shrinks_the_noisy_one_way_marginals_from_the_released_values(
+    api: ApiHelper, client: TestClient, database: Database, settings: Settings
+) -> None:
+    """The model's age marginal after PATCH "stein" is the shrunk released age counts
+    (every other measured attribute is precise), computed here from GET /measurements."""
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(_csv(300, seed=4), SCHEMA, name=unique_name("stein"))
+    dataset_id, headers = dataset["id"], tenant["headers"]
+    api.grant(dataset_id, tenant["id"], 3.0)
+    for marginals, rho in (([["age"]], 0.002), ([["sex"], ["race"]], 2.0)):
+        response = client.post(
+            f"/v1/datasets/{dataset_id}/measurements",
+            json={"marginals": marginals, "noise": "gaussian", "rho": rho},
+            headers=headers,
+        )
+        assert response.status_code == 202, response.text
+        assert run_jobs(database, settings) == 1
+    before = _model(client, dataset_id, headers)
+    ledger_before = ledger_lines(database, dataset_id)
+
+    response = _patch(client, dataset_id, {"estimator": "stein"})
+    assert response.status_code == 200, response.text
+    assert response.json()["estimator"] == "stein" and response.json()["refit_job_id"]
+    assert run_jobs(database, settings) == 1
+    after = _model(client, dataset_id, headers)
+    assert after["estimator"] == "stein" and after["version"] == before["version"] + 1
+    assert ledger_lines(database, dataset_id) == ledger_before  # a refit spends nothing
+
+    released = client.get(f"/v1/datasets/{dataset_id}/measurements", headers=headers).json()
+    (age,) = [m for m in released if m["attributes"] == ["age"]]
+    values = np.array(age["values"], dtype=float)
+    deviation = values - values.mean()
+    factor = max(0.0, 1.0 - (values.size - 3) * age["sigma"] ** 2 / float(deviation @ deviation))
+    assert factor < 1.0
+    shrunk = values.mean() + factor * deviation
+    assert shrunk.min() > 0  # σ ≈ 16 against about 60 rows a bin: only a 4σ draw breaks it
+
+    def age_counts() -> np.ndarray:
+        answer = client.get(
+            f"/v1/datasets/{dataset_id}/marginals", params={"attrs": "age"}, headers=headers
+        ).json()
+        return np.array(answer["counts"], dtype=float)
+
+    fitted = age_counts()
+    shift = fitted - shrunk  # least squares under the model's total: one shift for every cell
+    assert np.ptp(shift) < 0.05 * max(np.ptp(values), 1.0)
+    # mle's answer from the same release is further from uniform
+    assert _patch(client, dataset_id, {"estimator": "mle"}).status_code == 200
+    assert run_jobs(database, settings) == 1
+    assert np.ptp(fitted) < np.ptp(age_counts())
