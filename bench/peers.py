@@ -9,6 +9,8 @@ Systems, all at the same ρ on the same table, domain and workload:
 - `privq-full`: privq's AIM without coarse forms (`coarse_groups = None`: every
   candidate a full marginal), to compare the two in one run of the bench;
 - `oneway`: every one-way marginal with an equal share of ρ, one fit (the baseline);
+  with `--estimator stein`, these four are refitted with the "stein" estimator, as the
+  service refits a dataset set to it;
 - `snsynth`: SmartNoise Synth's AIM (`snsynth.aim.AIMSynthesizer.AIM`, called on the
   integer-coded table with its ρ set to ours: its own ε→ρ conversion differs);
 - `opendp`: OpenDP's AIM (`opendp.extras.mbi.AIM` through `make_contingency_table`
@@ -67,9 +69,10 @@ def _workload(attributes: tuple[str, ...], degrees: list[int]) -> list[tuple[str
     return [c for k in degrees for c in combinations(attributes, min(k, len(attributes)))]
 
 
-def _run_privq(domain, data, truth, rho, workload, system, overrides):  # type: ignore[no-untyped-def]
+def _run_privq(domain, data, truth, rho, workload, system, overrides, estimator):  # type: ignore[no-untyped-def]
     from aim import run_oneway
 
+    from app.pgm.estimation import DEFAULT_ESTIMATOR, fit
     from app.privacy.mechanisms import MechanismOptions, run_aim
     from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 
@@ -83,7 +86,12 @@ def _run_privq(domain, data, truth, rho, workload, system, overrides):  # type: 
         }.get(system, {})
         options = MechanismOptions(**(base | overrides))  # type: ignore[arg-type]
         result = run_aim(domain, truth, rho, workload, options=options)
-    return lambda attrs: np.asarray(result.model.marginal(attrs), dtype=float).ravel()
+    model = result.model
+    if estimator != DEFAULT_ESTIMATOR:
+        # what the service does for a dataset with another estimator: refit the same
+        # measurements with it (from the mechanism's own mle fit)
+        model = fit(domain, result.measurements, estimator=estimator, warm_start=model)[0]
+    return lambda attrs: np.asarray(model.marginal(attrs), dtype=float).ravel()
 
 
 def _run_snsynth(domain, data, rho, workload):  # type: ignore[no-untyped-def]
@@ -147,7 +155,9 @@ def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]
     shuffled = [workload[i] for i in order]
     started = time.perf_counter()
     if system in ("privq", "privq-paper", "privq-full", "oneway"):
-        estimate = _run_privq(domain, data, truth, rho, shuffled, system, args["options"])
+        estimate = _run_privq(
+            domain, data, truth, rho, shuffled, system, args["options"], args["estimator"]
+        )
     elif system == "snsynth":
         estimate = _run_snsynth(domain, data, rho, shuffled)
     elif system == "opendp":
@@ -216,17 +226,23 @@ def main() -> None:
         help="MechanismOptions fields for privq, privq-paper and privq-full, as JSON: "
         "'{\"noise_filter\": 2}'",
     )
+    parser.add_argument(
+        "--estimator",
+        default="mle",
+        help="the dataset estimator privq's systems and oneway are fitted with (mle, stein)",
+    )
     args = parser.parse_args()
     rho = rho_from_epsilon(args.epsilon, args.delta)
     shared = {
         "rows": args.rows,
         "degrees": [int(k) for k in args.degrees.split(",")],
         "options": args.options,
+        "estimator": args.estimator,
     }
     context = multiprocessing.get_context("spawn")
     summary: dict[str, Any] = {"bench": "peers", "epsilon": args.epsilon, "delta": args.delta}
     summary |= {"rho": rho, "degrees": args.degrees, "seeds": args.seeds}
-    summary |= {"options": args.options, "tables": {}}
+    summary |= {"options": args.options, "estimator": args.estimator, "tables": {}}
     for table in args.tables.split(","):
         medians: dict[str, float] = {}
         samples: dict[str, list[float]] = {}
