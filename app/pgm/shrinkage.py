@@ -29,7 +29,7 @@ import numpy as np
 from app.pgm.measurement import FloatArray, Measurement, noise_variance
 
 ESTIMATOR = "stein"
-MIN_VALUES = 4  # k ≥ 4: James–Stein toward an estimated mean dominates below that no longer
+MIN_VALUES = 4  # James–Stein toward the values' own mean dominates the raw values from k = 4
 
 
 def shrink_factor(pooled: FloatArray, variance: float) -> float:
