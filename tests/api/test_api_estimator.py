@@ -269,12 +269,16 @@ def test_a_stein_refit_shrinks_the_noisy_one_way_marginals_from_the_released_val
     assert ledger_lines(database, dataset_id) == ledger_before  # a refit spends nothing
 
     released = client.get(f"/v1/datasets/{dataset_id}/measurements", headers=headers).json()
+    # N̂: every release's total, inverse-variance weighted (a total of n cells at σ: n·σ²)
+    weights = [1.0 / (len(m["values"]) * m["sigma"] ** 2) for m in released]
+    total = sum(w * sum(m["values"]) for w, m in zip(weights, released, strict=True))
+    total /= sum(weights)
     (age,) = [m for m in released if m["attributes"] == ["age"]]
     values = np.array(age["values"], dtype=float)
-    deviation = values - values.mean()
-    factor = max(0.0, 1.0 - (values.size - 3) * age["sigma"] ** 2 / float(deviation @ deviation))
+    deviation = values - total / values.size
+    factor = max(0.0, 1.0 - (values.size - 2) * age["sigma"] ** 2 / float(deviation @ deviation))
     assert factor < 1.0
-    shrunk = values.mean() + factor * deviation
+    shrunk = total / values.size + factor * deviation
     assert shrunk.min() > 0  # σ ≈ 16 against about 60 rows a bin: only a 4σ draw breaks it
 
     def age_counts() -> np.ndarray:

@@ -1,5 +1,5 @@
-"""The "stein" estimator: λ's formula, pooling an attribute's one-way measurements, what it
-leaves alone, a lower squared error than the pooled measurement where the marginal is
+"""The "stein" estimator: λ's formula, pooling an attribute's one-way measurements toward
+N̂/k, what it leaves alone, a lower squared error than the pooled measurement where the marginal is
 near uniform for its noise and no change where it is far from it, and
 `fit(estimator="stein")` fitting the shrunk values."""
 
@@ -10,39 +10,40 @@ import pytest
 
 from app.pgm.domain import Domain
 from app.pgm.estimation import fit
-from app.pgm.measurement import Measurement
+from app.pgm.measurement import Measurement, estimate_total
 from app.pgm.shrinkage import ESTIMATOR, shrink_factor, shrink_oneway
 
-DOMAIN = Domain(("a", "b", "c"), (6, 3, 4))
+DOMAIN = Domain(("a", "b", "c", "d"), (6, 3, 4, 2))
 
 
-def test_the_factor_is_positive_part_james_stein_toward_the_mean() -> None:
-    pooled = np.array([10.0, 20.0, 30.0, 40.0])  # deviations ±5, ±15: ‖d‖² = 500
-    assert shrink_factor(pooled, 100.0) == pytest.approx(1.0 - 1 * 100.0 / 500.0)
-    assert shrink_factor(pooled, 600.0) == 0.0  # positive part
-    assert shrink_factor(np.full(6, 7.0), 1.0) == 0.0  # already uniform
-    wide = np.array([0.0, 0.0, 0.0, 0.0, 1000.0])
-    assert shrink_factor(wide, 1.0) == pytest.approx(1.0 - 2 * 1.0 / float(np.var(wide) * 5))
+def test_the_factor_is_positive_part_james_stein_toward_a_fixed_point() -> None:
+    pooled = np.array([10.0, 20.0, 30.0, 40.0])  # about 25: deviations ±5, ±15, ‖d‖² = 500
+    assert shrink_factor(pooled, 100.0, 25.0) == pytest.approx(1.0 - 2 * 100.0 / 500.0)
+    assert shrink_factor(pooled, 300.0, 25.0) == 0.0  # positive part
+    assert shrink_factor(np.full(6, 7.0), 1.0, 7.0) == 0.0  # already the target
+    three = np.array([0.0, 10.0, 20.0])  # three values shrink too: (k − 2) = 1
+    assert shrink_factor(three, 10.0, 10.0) == pytest.approx(1.0 - 10.0 / 200.0)
 
 
 def test_an_attributes_one_way_measurements_are_pooled_and_given_one_shrunk_value() -> None:
     first = Measurement(("a",), [30.0, 10.0, 25.0, 5.0, 20.0, 10.0], "gaussian", 4.0)
     second = Measurement(("a",), [26.0, 14.0, 21.0, 9.0, 16.0, 14.0], "laplace", 2.0)
     pair = Measurement(("a", "b"), np.arange(18.0), "gaussian", 1.0)
-    small = Measurement(("b",), [1.0, 50.0, 3.0], "gaussian", 30.0)  # k = 3: left alone
+    binary = Measurement(("d",), [1.0, 50.0], "gaussian", 30.0)  # k = 2: left alone
     halves = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
     query = Measurement(("c",), [40.0, 2.0], "gaussian", 30.0, halves)
-    out = shrink_oneway([first, pair, second, small, query])
-    assert out[1] is pair and out[3] is small and out[4] is query
-    # inverse-variance pooling: σ² = 16 and 2b² = 8
+    measurements = [first, pair, second, binary, query]
+    out = shrink_oneway(measurements)
+    assert out[1] is pair and out[3] is binary and out[4] is query
+    # inverse-variance pooling: σ² = 16 and 2b² = 8; the target is N̂/k, N̂ the fit's own
     pooled = (first.values / 16.0 + second.values / 8.0) / (1 / 16.0 + 1 / 8.0)
-    factor = shrink_factor(pooled, 1.0 / (1 / 16.0 + 1 / 8.0))
+    target = estimate_total(measurements) / 6
+    factor = shrink_factor(pooled, 1.0 / (1 / 16.0 + 1 / 8.0), target)
     assert 0.0 < factor < 1.0
-    expected = pooled.mean() + factor * (pooled - pooled.mean())
+    expected = target + factor * (pooled - target)
     for shrunk, original in ((out[0], first), (out[2], second)):
         np.testing.assert_allclose(shrunk.values, expected)
         assert (shrunk.noise, shrunk.scale) == (original.noise, original.scale)
-    assert out[0].values.sum() == pytest.approx(pooled.sum())  # the total is kept
 
 
 def _squared_errors(truth: np.ndarray, sigma: float, draws: int) -> tuple[float, float]:
@@ -79,7 +80,7 @@ def test_fit_with_stein_fits_the_shrunk_values_and_records_the_estimator() -> No
     mle, mle_record = fit(DOMAIN, [noisy, *others])
     stein, record = fit(DOMAIN, [noisy, *others], estimator=ESTIMATOR)
     assert (mle_record.estimator, record.estimator) == ("mle", ESTIMATOR)
-    expected = shrink_oneway([noisy])[0].values
+    expected = shrink_oneway([noisy, *others])[0].values
     fitted = np.asarray(stein.marginal(("a",)), dtype=float).ravel()
     # the model's total is N̂ from every measurement: least squares under that total moves
     # every cell of the shrunk values by the same amount
