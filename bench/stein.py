@@ -35,7 +35,7 @@ SYSTEMS = ("aim", "oneway")
 def run_one(table: str, degrees: list[int], epsilon: float, system: str, seed: int) -> tuple:  # type: ignore[type-arg]
     """One run: (system, mle's TV, stein's TV) on the same measurements."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from aim import marginal_function, run_oneway
+    from aim import marginal_function, run_oneway, workload_tv
     from peer_tables import load_table
     from peers import _workload
 
@@ -56,12 +56,11 @@ def run_one(table: str, degrees: list[int], epsilon: float, system: str, seed: i
         result = run_aim(domain, truth, rho, shuffled)
     stein = fit(domain, result.measurements, estimator=ESTIMATOR, warm_start=result.model)[0]
     rows = data.shape[0]
-
-    def tv(model: Any) -> float:
-        errors = [truth(w).ravel() - np.asarray(model.marginal(w)).ravel() for w in workload]
-        return float(np.mean([np.abs(e).sum() / (2.0 * rows) for e in errors]))
-
-    return system, tv(result.model), tv(stein)
+    return (
+        system,
+        workload_tv(domain, result.model, truth, workload, rows),
+        workload_tv(domain, stein, truth, workload, rows),
+    )
 
 
 def main() -> None:
