@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import numpy as np
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.config import Settings
@@ -168,8 +168,17 @@ def renew(
     lease_seconds: float,
     progress: dict[str, Any] | None = None,
 ) -> bool:
-    """Extend `owner`'s lease (and record progress); False if the lease is no longer its own."""
-    values: dict[str, Any] = {"lease_expires_at": utcnow() + timedelta(seconds=lease_seconds)}
+    """Extend `owner`'s lease (and record progress); False if the lease is no longer its own.
+
+    The expiry only moves forward: the heartbeat and the job's own progress reports
+    renew from two threads, and one whose time was taken first may commit last (it
+    waited for the write lock); it must not pull the expiry back."""
+    expires = utcnow() + timedelta(seconds=lease_seconds)
+    values: dict[str, Any] = {
+        "lease_expires_at": case(
+            (Job.lease_expires_at > expires, Job.lease_expires_at), else_=expires
+        )
+    }
     if progress is not None:
         values["progress"] = progress
     result = session.execute(

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database
-from app.services import quarantine
+from app.services import jobs, quarantine
 from app.worker import Worker
 
 LEASE_SECONDS = 2  # long enough that a loaded machine still renews every third of it
@@ -85,3 +85,32 @@ def test_a_job_longer_than_its_lease_is_never_claimed_by_another_worker(
     assert expiries == sorted(expiries)
     assert len(set(expiries)) >= 4, expiries
     assert (expiries[-1] - expiries[0]).total_seconds() >= SILENT_SECONDS / 2, expiries
+
+
+def test_a_renewal_never_pulls_the_lease_expiry_back(
+    api: ApiHelper, client: TestClient, database: Database
+) -> None:
+    """The heartbeat and a progress report renew from two threads; the one whose time was
+    taken first can commit last. A renewal ending sooner than the stored expiry keeps it."""
+    tenant, dataset = api.tenant_with_grant(1)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/measurements",
+        json={"marginals": [["sex"]], "rho": 0.1},
+        headers=tenant["headers"],
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    with database.unit_of_work() as session:
+        claimed = jobs.claim(
+            session, owner="runner", lease_seconds=60, is_sqlite=database.is_sqlite
+        )
+        assert claimed is not None and claimed.id == job_id
+    long = job_row(database, job_id).lease_expires_at
+    with database.unit_of_work() as session:  # as if computed a minute earlier
+        assert jobs.renew(session, job_id=job_id, owner="runner", lease_seconds=1)
+    assert job_row(database, job_id).lease_expires_at == long
+    with database.unit_of_work() as session:  # a later expiry still moves it forward
+        assert jobs.renew(session, job_id=job_id, owner="runner", lease_seconds=120)
+    assert job_row(database, job_id).lease_expires_at > long
+    with database.unit_of_work() as session:  # and another owner renews nothing
+        assert not jobs.renew(session, job_id=job_id, owner="other", lease_seconds=600)
