@@ -117,7 +117,8 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     without `anneal_factor` halved σ, one without `wide_filter_share` never widened its
     noise filter, one without `wide_filter_ramp` narrowed it back at once, one without
     `fitted_noise` scored the raw noise, one without `measure_share_3way` kept α with
-    3-way workloads, the defaults then), and a job stored before
+    3-way workloads, one without `pair_weight_cap` the paper's weights, the defaults
+    then), and a job stored before
     jobs kept one runs the paper's."""
     seen: list[tuple[float | None, ...]] = []
     real = mechanism_service.RUNNERS["aim"]
@@ -126,7 +127,8 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
         options = kwargs["options"]
         schedule = (options.init_share, options.noise_filter, options.rounds_per_attribute)
         later = (options.anneal_factor, options.wide_filter_share, options.fitted_noise)
-        seen.append((*schedule, *later, options.wide_filter_ramp, options.measure_share_3way))
+        latest = (options.wide_filter_ramp, options.measure_share_3way, options.pair_weight_cap)
+        seen.append((*schedule, *later, *latest))
         return real(*args, **kwargs)
 
     monkeypatch.setitem(mechanism_service.RUNNERS, "aim", spy)
@@ -147,13 +149,14 @@ def test_a_job_resumes_with_the_schedule_it_was_submitted_with(
     assert job_row(database, kept).status == "succeeded"
     assert job_row(database, old).status == "succeeded"
     assert seen == [
-        (0.3, 0.7, 16, 2.0, None, False, 0.0, None),
-        (None, None, 16, 2.0, None, False, 0.0, None),
+        (0.3, 0.7, 16, 2.0, None, False, 0.0, None, False),
+        (None, None, 16, 2.0, None, False, 0.0, None, False),
     ]
     current = mechanism_service.current_schedule()
     assert current["rounds_per_attribute"] == 4 and current["anneal_factor"] == math.sqrt(2.0)
     assert current["wide_filter_share"] == 0.2 and current["fitted_noise"] is True
     assert current["wide_filter_ramp"] == 0.05 and current["measure_share_3way"] == 0.8
+    assert current["pair_weight_cap"] is True
 
 
 def test_an_aim_dry_run_quotes_the_selection_share_of_its_workload(

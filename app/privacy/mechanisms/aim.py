@@ -31,6 +31,10 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
 - Where the workload holds a marginal of three or more attributes, a round's α is
   `options.measure_share_3way` (0.8) instead of `options.measure_share` (0.9): ε √2
   times larger for each selection among the many more candidates (`run_options`).
+- No candidate weighs more than the heaviest pair (`options.pair_weight_cap`,
+  `workload.capped_weights`): with 3-way marginals in the workload the triples' w_r
+  would otherwise set the exponential mechanism's sensitivity, and every selection
+  among pairs would be as noisy as if it were among triples.
 - The one-way round spends β·ρ (`options.init_share`, 0.2), split over the one-way
   marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
@@ -98,7 +102,12 @@ from app.privacy.mechanisms.engine import (
 from app.privacy.mechanisms.filtering import noise_filter, noise_terms
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
-from app.privacy.mechanisms.workload import candidate_weights, normalise_workload, size_filter
+from app.privacy.mechanisms.workload import (
+    candidate_weights,
+    capped_weights,
+    normalise_workload,
+    size_filter,
+)
 
 NAME = "aim"
 
@@ -115,6 +124,7 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "fitted_noise": False,
     "coarse_groups": None,
     "measure_share_3way": None,
+    "pair_weight_cap": False,
 }
 
 # The noise filter's own annealing, before any access while nothing multi-way passes it,
@@ -321,6 +331,8 @@ def run_aim(
     options = run_options(normalised, arguments.get("options") or MechanismOptions())
     arguments["options"] = options
     weights = candidate_weights(domain, normalised)
+    if options.pair_weight_cap:
+        weights = capped_weights(weights)
     oneway: list[Attrs] = [r for r in weights if len(r) == 1]
     rounds_t = aim_schedule(domain, rho, options)[0]
     alpha = options.measure_share

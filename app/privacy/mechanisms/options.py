@@ -52,6 +52,10 @@ class MechanismOptions:
     # form instead, each attribute's values in at most this many runs of consecutive
     # codes (app.privacy.mechanisms.coarse); None: never.
     coarse_groups: int | None = 3
+    # AIM: no candidate weighs more than the heaviest pair (`workload.capped_weights`),
+    # so with 3-way workloads the triples' weights do not set the selection's
+    # sensitivity; False: the paper's w_r.
+    pair_weight_cap: bool = True
     confidence: float = 0.95  # of the Theorem 4 bounds computed at the end
     # Fits between rounds steer selection and annealing. "auto" here: while the model is
     # at most `round_admm_max_cells` cells (app.pgm's own ADMM limit), ADMM to
@@ -107,6 +111,8 @@ class MechanismOptions:
             raise ValueError("wide_filter_ramp must be a finite number of at least 0")
         if not isinstance(self.fitted_noise, bool):
             raise ValueError("fitted_noise must be true or false")
+        if not isinstance(self.pair_weight_cap, bool):
+            raise ValueError("pair_weight_cap must be true or false")
         groups = self.coarse_groups
         if groups is not None and (type(groups) is not int or groups < 2):
             raise ValueError("coarse_groups must be an integer of at least 2")

@@ -2,10 +2,11 @@
 
 A workload is a weighted set of marginals (`normalise_workload`: attribute lists, or
 (attributes, weight) pairs, in domain order). AIM's candidates are its downward
-closure, weighted by their overlap with it (`candidate_weights`); MWEM's are the
-workload itself. `size_filter` keeps the candidates whose junction tree, added to what
-is measured, stays within a cell limit; `check_workload` refuses a workload none of
-whose marginals fits the model cap, before anything is charged.
+closure, weighted by their overlap with it (`candidate_weights`; `capped_weights`
+caps them at the pairs'); MWEM's are the workload itself. `size_filter` keeps the
+candidates whose junction tree, added to what is measured, stays within a cell limit;
+`check_workload` refuses a workload none of whose marginals fits the model cap, before
+anything is charged.
 """
 
 from __future__ import annotations
@@ -72,6 +73,20 @@ def candidate_weights(domain: Domain, workload: Mapping[Attrs, float]) -> dict[A
         r: math.fsum(c * len(set(r) & set(s)) for s, c in workload.items())
         for r in downward_closure(domain, workload)
     }
+
+
+def capped_weights(weights: Mapping[Attrs, float]) -> dict[Attrs, float]:
+    """The weights with none above the heaviest candidate's of at most two attributes.
+
+    w_r grows with r's size, and the exponential mechanism's sensitivity is the largest
+    w_r it is offered: with every 3-way marginal in the workload, the triples' weights
+    (1.5 times the pairs' over ten attributes) would set it for every round they take
+    part in, and make the selection among pairs as noisy. Capped, a triple scores at
+    most as a pair with the same error less noise."""
+    cap = max((w for r, w in weights.items() if len(r) <= 2), default=None)
+    if cap is None:
+        return dict(weights)
+    return {r: min(w, cap) for r, w in weights.items()}
 
 
 def covered_by(attrs: Attrs, measured: Iterable[Attrs]) -> bool:
