@@ -25,31 +25,25 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def run_one(table: str, degrees: list[int], epsilon: float, variant: str, seed: int) -> float:
     """One run of `variant` on `table`: its model's workload TV."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from aim import marginal_function, run_oneway, workload_tv
-    from peer_tables import load_table
-    from peers import _workload
+    from aim import run_oneway, workload_tv
+    from peers import bench_table
 
     from app.privacy.accounting import rho_from_epsilon
     from app.privacy.mechanisms import MechanismOptions, run_aim
 
-    domain, data = load_table(table)
-    truth = marginal_function(domain, data)
-    workload = _workload(domain.attributes, degrees)
-    order = np.random.default_rng(seed).permutation(len(workload))
+    domain, data, truth, workload, shuffled = bench_table(table, degrees, seed)
     rho = rho_from_epsilon(epsilon, 1e-6)
     if variant == "oneway":
         result = run_oneway(domain, truth, rho, MechanismOptions())
     else:
         options = MechanismOptions(**json.loads(variant))
-        result = run_aim(domain, truth, rho, [workload[i] for i in order], options=options)
+        result = run_aim(domain, truth, rho, shuffled, options=options)
     return float(workload_tv(domain, result.model, truth, workload, data.shape[0]))
 
 

@@ -69,6 +69,19 @@ def _workload(attributes: tuple[str, ...], degrees: list[int]) -> list[tuple[str
     return [c for k in degrees for c in combinations(attributes, min(k, len(attributes)))]
 
 
+def bench_table(table: str, degrees: list[int], seed: int, rows: int | None = None):  # type: ignore[no-untyped-def]
+    """(domain, data, true-marginal function, workload, the workload in seed's order) of a
+    table of bench/peer_tables.py: every run of every bench on it starts here."""
+    from aim import marginal_function
+    from peer_tables import load_table
+
+    domain, data = load_table(table, rows)
+    truth = marginal_function(domain, data)
+    workload = _workload(domain.attributes, degrees)
+    order = np.random.default_rng(seed).permutation(len(workload))
+    return domain, data, truth, workload, [workload[i] for i in order]
+
+
 def _run_privq(domain, data, truth, rho, workload, system, overrides, estimator):  # type: ignore[no-untyped-def]
     from aim import run_oneway
 
@@ -145,14 +158,9 @@ def _run_opendp(domain, data, rho, workload):  # type: ignore[no-untyped-def]
 def run_one(system: str, table: str, seed: int, rho: float, args: dict[str, Any]) -> dict:  # type: ignore[type-arg]
     """One system on one table in a fresh process: wall time and workload TV."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from aim import marginal_function
-    from peer_tables import load_table
-
-    domain, data = load_table(table, args["rows"])
-    truth = marginal_function(domain, data)
-    workload = _workload(domain.attributes, args["degrees"])
-    order = np.random.default_rng(seed).permutation(len(workload))
-    shuffled = [workload[i] for i in order]
+    domain, data, truth, workload, shuffled = bench_table(
+        table, args["degrees"], seed, args["rows"]
+    )
     started = time.perf_counter()
     if system in ("privq", "privq-paper", "privq-full", "oneway"):
         estimate = _run_privq(

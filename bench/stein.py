@@ -25,8 +25,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SYSTEMS = ("aim", "oneway")
@@ -35,20 +33,15 @@ SYSTEMS = ("aim", "oneway")
 def run_one(table: str, degrees: list[int], epsilon: float, system: str, seed: int) -> tuple:  # type: ignore[type-arg]
     """One run: (system, mle's TV, stein's TV) on the same measurements."""
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from aim import marginal_function, run_oneway, workload_tv
-    from peer_tables import load_table
-    from peers import _workload
+    from aim import run_oneway, workload_tv
+    from peers import bench_table
 
     from app.pgm.estimation import fit
     from app.pgm.shrinkage import ESTIMATOR
     from app.privacy.accounting import rho_from_epsilon
     from app.privacy.mechanisms import MechanismOptions, run_aim
 
-    domain, data = load_table(table)
-    truth = marginal_function(domain, data)
-    workload = _workload(domain.attributes, degrees)
-    order = np.random.default_rng(seed).permutation(len(workload))
-    shuffled = [workload[i] for i in order]
+    domain, data, truth, workload, shuffled = bench_table(table, degrees, seed)
     rho = rho_from_epsilon(epsilon, 1e-6)
     if system == "oneway":
         result = run_oneway(domain, truth, rho, MechanismOptions())

@@ -27,6 +27,7 @@ is released values and their public noise scales only: post-processing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -65,5 +66,5 @@ def shrink_oneway(measurements: Sequence[Measurement]) -> list[Measurement]:
         factor = shrink_factor(pooled, 1.0 / float(weights.sum()), target)
         values = target + factor * (pooled - target)
         for i, m in zip(indices, group, strict=True):
-            shrunk[i] = Measurement(m.attributes, values, m.noise, m.scale)
+            shrunk[i] = replace(m, values=values)
     return shrunk
