@@ -82,10 +82,9 @@ def capped_weights(weights: Mapping[Attrs, float]) -> dict[Attrs, float]:
     w_r it is offered: with every 3-way marginal in the workload, the triples' weights
     (1.5 times the pairs' over ten attributes) would set it for every round they take
     part in, and make the selection among pairs as noisy. Capped, a triple scores at
-    most as a pair with the same error less noise."""
-    cap = max((w for r, w in weights.items() if len(r) <= 2), default=None)
-    if cap is None:
-        return dict(weights)
+    most as a pair with the same error less noise. A downward closure always holds its
+    one-way marginals, so there is a cap."""
+    cap = max(w for r, w in weights.items() if len(r) <= 2)
     return {r: min(w, cap) for r, w in weights.items()}
 
 
