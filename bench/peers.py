@@ -213,6 +213,22 @@ def ratio_interval(mine: list[float], theirs: list[float], draws: int = 4000) ->
     return [round(float(q), 3) for q in np.quantile(ratios, [0.05, 0.95])]
 
 
+def iqr_ratio_interval(mine: list[float], theirs: list[float], draws: int = 4000) -> list[float]:
+    """90% bootstrap interval of iqr(mine) / iqr(theirs), resampled as `ratio_interval`
+    does: whether one system's runs spread wider than another's beyond what a few runs'
+    interquartile ranges can tell apart (draws with a zero range left out; [] if all)."""
+    rng = np.random.default_rng(0)
+    a, b = np.asarray(mine), np.asarray(theirs)
+    ratios = []
+    for _ in range(draws):
+        spread = iqr(list(rng.choice(b, b.size)))
+        if spread > 0.0:
+            ratios.append(iqr(list(rng.choice(a, a.size))) / spread)
+    if not ratios:
+        return []
+    return [round(float(q), 3) for q in np.quantile(ratios, [0.05, 0.95])]
+
+
 def main() -> None:
     from app.privacy.accounting import rho_from_epsilon
 
@@ -286,6 +302,12 @@ def main() -> None:
             best = min(peers, key=lambda s: medians[s])
             entry["privq_over_best_peer"] = medians["privq"] / medians[best]
             entry["privq_over_best_peer_90"] = ratio_interval(samples["privq"], samples[best])
+            # the spread: privq's interquartile range over the best peer's
+            if iqr(samples[best]) > 0.0:
+                entry["privq_iqr_over_best_peer"] = iqr(samples["privq"]) / iqr(samples[best])
+                entry["privq_iqr_over_best_peer_90"] = iqr_ratio_interval(
+                    samples["privq"], samples[best]
+                )
         if "privq" in medians and "oneway" in medians:
             entry["privq_over_oneway"] = medians["privq"] / medians["oneway"]
             entry["privq_over_oneway_90"] = ratio_interval(samples["privq"], samples["oneway"])
