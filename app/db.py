@@ -154,6 +154,19 @@ class Dataset(Base):
     # k: at most this many rows of a unit were kept at upload; every cost's sensitivity.
     unit_max_rows: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # "ready" (uploaded, or a registered source scanned and valid), "registering" (its
+    # registration job has not finished) or "rejected" (`source_error` says why).
+    status: Mapped[str] = mapped_column(String(16), default="ready", server_default="ready")
+    # A dataset registered by reference (app.records): where its records live. NULL for an
+    # uploaded dataset, whose records are its dataset_columns.
+    source_format: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    source_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Each file's path, size and version (mtime or ETag) at registration: {"files": [...]}.
+    source_fingerprint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # The per-dataset key of the unit cap's row key (app.records.engine); never shown.
+    source_secret: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Why the registration was rejected: the curator's eyes only.
+    source_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Set: the raw records (dataset_columns) were destroyed; the model still answers.
     records_purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     # Set: records, measurements and models are gone; the row stays for the ledger's lines.
