@@ -41,30 +41,12 @@ from typing import Protocol
 import numpy as np
 
 from app.schema import DatasetSchema
+from app.sources import Source
 
 # The characters trimmed from both ends of a text unit id before ids are compared.
 ID_TRIM = " \t\n\r\x0b\x0c"
 
 Marginal = tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    """One Parquet file of a source, as fingerprinted at registration."""
-
-    path: str  # as the filesystem names it (no scheme): "/srv/lake/visits/part-0.parquet"
-    size: int
-    # The modification time in nanoseconds (local files) or the object's ETag (S3).
-    version: str
-
-
-@dataclass(frozen=True)
-class Source:
-    """A registered source: its URI and the files fingerprinted at registration (sorted by
-    path). Hive-style partition folders under the URI (`year=2024/`) give columns too."""
-
-    uri: str  # "file:///srv/lake/visits/" or "s3://bucket/prefix/"
-    files: tuple[SourceFile, ...]
 
 
 @dataclass(frozen=True)
