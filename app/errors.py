@@ -90,6 +90,20 @@ class RecordsPurged(Conflict, code="records_purged"):
     queried from its model."""
 
 
+class DatasetNotReady(Conflict, code="dataset_not_ready"):
+    """The dataset's registration has not finished, or was rejected: nothing to measure."""
+
+
+class SourceChanged(Conflict, code="source_changed"):
+    """A registered source's files differ from their fingerprint at registration: the
+    dataset is frozen, so the access is refused (new data is a new dataset)."""
+
+
+class SourceNotAllowed(PrivqError, status=422, code="source_not_allowed"):
+    """A source URI outside the operator's allowed roots (PRIVQ_SOURCE_ROOTS), or escaping
+    them by `..` or a link: refused before any file is read."""
+
+
 class JobsPending(Conflict, code="jobs_pending"):
     """This dataset has jobs that have not finished; cancel them or wait for them first."""
 
