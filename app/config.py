@@ -228,6 +228,33 @@ class Settings(BaseSettings):
         "network); by default it needs the admin key.",
     )
 
+    source_roots: str = Field(
+        default="",
+        description="Where registered sources may be read: URI prefixes, comma-separated "
+        "(file:///srv/lake/,s3://bucket/prefix/). Empty: no dataset can be registered by "
+        "reference.",
+    )
+    record_engine: Literal["local", "spark"] = Field(
+        default="local",
+        description="What counts a registered source: the local engine (Arrow batches "
+        "streamed through the worker) or Spark through Spark Connect (PRIVQ_SPARK_REMOTE).",
+    )
+    spark_remote: str | None = Field(
+        default=None,
+        description="The Spark Connect server the spark engine uses: sc://host:15002.",
+    )
+
+    @model_validator(mode="after")
+    def _spark_needs_a_remote(self) -> Settings:
+        if self.record_engine == "spark" and not self.spark_remote:
+            raise ValueError("PRIVQ_RECORD_ENGINE=spark needs PRIVQ_SPARK_REMOTE (sc://host:15002)")
+        return self
+
+    @property
+    def source_root_list(self) -> tuple[str, ...]:
+        """The allowed roots, in the order given, without blanks."""
+        return tuple(r.strip() for r in self.source_roots.split(",") if r.strip())
+
     @field_validator("database_url")
     @classmethod
     def _normalise_url(cls, value: str) -> str:

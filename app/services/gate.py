@@ -35,12 +35,16 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.db import Job, MeasurementRecord, RecordAccess
+from app.config import Settings
+from app.db import Dataset, Job, MeasurementRecord, RecordAccess
 from app.errors import InvariantViolated, PrivqError
 from app.pgm.domain import Domain
+from app.records.engine import CountingEngine, UnitCap, Validation
+from app.schema import DatasetSchema
 from app.services import jobs
 from app.services.columns import ColumnCache, true_marginal
 from app.services.refunds import units_up
+from app.sources import Source, SourceFile
 
 # The worker's cache of decoded columns; only the gate reads through it.
 RecordCache = ColumnCache
@@ -186,3 +190,45 @@ class RecordGate:
             jobs.get(session, self.job_id, for_update=True)
             jobs.require_lease(session, job_id=self.job_id, owner=self.runner.worker_id)
             yield session
+
+
+# -- registered sources ------------------------------------------------------------------
+
+
+def source_of(dataset: Dataset) -> Source:
+    """The registered source of a dataset, with the files fingerprinted at registration."""
+    if dataset.source_uri is None or dataset.source_fingerprint is None:
+        raise InvariantViolated("the dataset has no registered source")
+    files = tuple(SourceFile(**f) for f in dataset.source_fingerprint["files"])
+    return Source(uri=dataset.source_uri, files=files)
+
+
+def unit_cap_of(dataset: Dataset) -> UnitCap | None:
+    """The privacy unit's cap as the engines apply it, or None (a unit is one row)."""
+    if dataset.unit_column is None:
+        return None
+    if dataset.source_secret is None:
+        raise InvariantViolated("a registered source with a privacy unit has no secret")
+    return UnitCap(dataset.unit_column, dataset.unit_max_rows, dataset.source_secret)
+
+
+def record_engine(settings: Settings) -> CountingEngine:
+    """The engine the operator chose (PRIVQ_RECORD_ENGINE), imported only when used."""
+    if settings.record_engine == "spark":
+        from app.records.spark import SparkEngine
+
+        if settings.spark_remote is None:
+            raise InvariantViolated("PRIVQ_RECORD_ENGINE=spark needs PRIVQ_SPARK_REMOTE")
+        return SparkEngine(settings.spark_remote)
+    from app.records.local import LocalEngine
+
+    return LocalEngine()
+
+
+def validate_source(
+    engine: CountingEngine, dataset: Dataset, schema: DatasetSchema, files: Sequence[SourceFile]
+) -> Validation:
+    """The registration scan: every value of the source against the schema (no ρ: nothing
+    is released to a tenant; a refusal names values, for the curator's eyes only)."""
+    source = Source(uri=dataset.source_uri or "", files=tuple(files))
+    return engine.validate(source, schema, unit_cap_of(dataset))
