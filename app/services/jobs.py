@@ -304,15 +304,25 @@ def noise_drawn(session: Session, job_id: str) -> bool:
     return bool(count)
 
 
-def fail(session: Session, job: Job, message: str, *, reason: str = "job failed") -> int:
+def fail(
+    session: Session,
+    job: Job,
+    message: str,
+    *,
+    code: str = "internal_error",
+    reason: str = "job failed",
+) -> int:
     """Fail the job for good and refund the ρ it has not used on data
-    (`refunds.refund_unused`: all of it if no noise was drawn). Returns units refunded."""
+    (`refunds.refund_unused`: all of it if no noise was drawn). Returns units refunded.
+
+    `code` is the error's code (`PrivqError.code`: "source_changed", "records_purged",
+    ...), kept in the job's progress as `error_code` beside the message in `error`."""
     job.status = "failed"
     job.error = message[:ERROR_MESSAGE_LENGTH]
     job.lease_owner = None
     job.lease_expires_at = None
     job.finished_at = utcnow()
-    job.progress = {**(job.progress or {}), "stage": "failed"}
+    job.progress = {**(job.progress or {}), "stage": "failed", "error_code": code}
     refunded = refunds.refund_unused(session, job, reason=reason)
     session.flush()
     return refunded

@@ -369,7 +369,10 @@ class Worker:
         """
         if _is_the_jobs_own(error):
             logger.warning("job refused", extra={"job_id": job.id, "error": type(error).__name__})
-            self._fail(job, error.message if isinstance(error, PrivqError) else str(error))
+            if isinstance(error, PrivqError):
+                self._fail(job, error.message, code=error.code)
+            else:
+                self._fail(job, str(error), code="model_too_large")
             return
         stage = str(self._last_progress.get("stage", "starting"))
         logger.exception(
@@ -389,12 +392,12 @@ class Worker:
         logger.info("job cancelled", extra={"job_id": job.id, "refunded_units": refunded})
         self._observe_end(job, "cancelled")
 
-    def _fail(self, job: Job, message: str) -> None:
+    def _fail(self, job: Job, message: str, *, code: str = "internal_error") -> None:
         with self.database.unit_of_work() as session:
             row = session.get(Job, job.id)
             if row is None or row.lease_owner != self.worker_id or row.status != "running":
                 return
-            refunded = jobs.fail(session, row, message)
+            refunded = jobs.fail(session, row, message, code=code)
         logger.warning("job failed", extra={"job_id": job.id, "refunded_units": refunded})
         self._observe_end(job, "failed")
 
