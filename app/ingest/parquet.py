@@ -96,7 +96,7 @@ def encode_parquet(
         _check_id_type(unit_column, parquet.schema_arrow.field(unit_column).type)
     if parquet.metadata.num_rows == 0:
         raise IngestError("empty_file", "the Parquet file has no rows")
-    columns = [_ParquetColumn(a) for a in schema.attributes]
+    columns = [ParquetColumn(a) for a in schema.attributes]
     parts: list[list[np.ndarray]] = [[] for _ in columns]
     wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
     rows = 0
@@ -142,7 +142,7 @@ def _check_columns(names: list[str], schema: DatasetSchema, unit_column: str | N
 def _encode_batch(
     pool: ThreadPoolExecutor,
     batch: Any,
-    columns: list[_ParquetColumn],
+    columns: list[ParquetColumn],
     parts: list[list[np.ndarray]],
     rows_before: int,
     unit_column: str | None,
@@ -218,7 +218,7 @@ def _unit_ids(column: Any) -> tuple[Any, Any]:
     return ids, absent
 
 
-class _ParquetColumn:
+class ParquetColumn:
     """How one Parquet column (an Arrow array of any type) becomes an attribute's codes;
     -1 marks a value outside the schema."""
 
