@@ -42,15 +42,17 @@ def marginals_of(requests: Iterable[Sequence[str]]) -> list[Marginal]:
 def maximal(marginals: Iterable[Marginal]) -> list[Marginal]:
     """The marginals that no other one contains (a set counted once, the first order it
     was asked in), in the order first asked."""
-    unique: list[Marginal] = []
-    seen: set[frozenset[str]] = set()
+    unique: dict[frozenset[str], Marginal] = {}
     for marginal in marginals:
-        key = frozenset(marginal)
-        if key not in seen:
-            seen.add(key)
-            unique.append(marginal)
-    sets = [frozenset(m) for m in unique]
-    return [m for m, s in zip(unique, sets, strict=True) if not any(s < other for other in sets)]
+        unique.setdefault(frozenset(marginal), marginal)
+    # Only a larger set can contain another: compare each with the larger ones only.
+    by_size = sorted(unique, key=len, reverse=True)
+    kept: set[frozenset[str]] = set()
+    for position, candidate in enumerate(by_size):
+        larger = (s for s in by_size[:position] if len(s) > len(candidate))
+        if not any(candidate < s for s in larger):
+            kept.add(candidate)
+    return [m for key, m in unique.items() if key in kept]
 
 
 def project(counts: np.ndarray, have: Marginal, want: Marginal) -> np.ndarray:
@@ -96,9 +98,10 @@ class CountedMarginals:
 
     def plan(self, needed: Sequence[Marginal], preload: Sequence[Marginal] = ()) -> list[Marginal]:
         """The maximal sets one scan should count: enough to answer every `needed` marginal
-        no kept one covers, plus what of `preload` is uncovered and fits beside them in
-        `max_cells` (in the order given; what does not fit is counted when asked for).
-        Empty if every needed marginal is covered already."""
+        no kept one covers, plus what of `preload` is uncovered and fits in the room
+        `max_cells` leaves beside them and the kept counts (in the order given; what does
+        not fit is counted when asked for, so a later scan never pushes out counts for a
+        preload). Empty if every needed marginal is covered already."""
         uncovered = [m for m in needed if self.cover(m) is None]
         if not uncovered:
             return []
@@ -107,15 +110,21 @@ class CountedMarginals:
         ]
         pool = maximal([*uncovered, *optional])
         chosen: list[Marginal] = []
+        total = self.cells
         for m in uncovered:
             if any(set(m) <= set(c) for c in chosen):
                 continue
-            supersets = [p for p in pool if set(m) <= set(p)]
-            # the smallest superset in the pool: m itself is one, or something containing it
-            chosen.append(min(supersets, key=lambda p: self.domain.cells(p)))
-        total = sum(self.domain.cells(c) for c in chosen)
+            # the smallest set of the pool containing m that fits the room left, else m
+            fitting = [
+                p
+                for p in pool
+                if set(m) <= set(p) and total + self.domain.cells(p) <= self.max_cells
+            ]
+            pick = min(fitting, key=self.domain.cells) if fitting else m
+            chosen.append(pick)
+            total += self.domain.cells(pick)
         for p in pool:
-            if p in chosen or any(set(p) <= set(c) for c in chosen):
+            if any(set(p) <= set(c) for c in chosen):
                 continue
             cells = self.domain.cells(p)
             if total + cells <= self.max_cells:

@@ -91,6 +91,9 @@ def test_a_preload_beyond_the_cell_budget_waits_until_asked_for() -> None:
     counted.add({("b", "d"): np.zeros(20, dtype=np.int64)})
     assert counted.kept == [("b", "d")]  # the oldest went to make room
     assert counted.cells <= 30
+    # a preload fills only the room left: it never pushes out what is kept
+    assert counted.plan([("c",)], [("a", "b", "c")]) == [("c",)]
+    assert counted.plan([("c",)], [("a", "c")]) == [("a", "c")]
 
 
 # -- through the worker: one scan per access -------------------------------------------
