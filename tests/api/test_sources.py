@@ -1,87 +1,35 @@
 """Registering a dataset by reference over HTTP: `POST /v1/datasets` with a JSON body.
 
 The source is a small Parquet folder generated under a temporary root that the
-service's PRIVQ_SOURCE_ROOTS allows. The registration job's engine is a stand-in that
-validates each file as an upload of it would (`app.ingest.encode_upload`), so these
-tests exercise the request, the job, the statuses and the refusals whatever counting
-engine is installed; the engines' own tests check their scans.
+service's PRIVQ_SOURCE_ROOTS allows. The registration job's engine is the stand-in of
+`source_fixtures` (each file validated as its upload would be), so these tests cover
+the request, the job, the statuses and the refusals whatever engine is installed.
 """
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import ADMIN_HEADERS, ADMIN_KEY, ApiHelper, unique_name
 from fastapi.testclient import TestClient
+from source_fixtures import ROWS_PER_FILE, SCHEMA, UploadLikeEngine, write_lake, write_part
 from sqlalchemy import func, select
 
 from app.config import Settings
 from app.db import Database, Dataset, Job, LedgerEntry
-from app.ingest import PARQUET_CONTENT_TYPE, encode_upload
-from app.records.engine import UnitCap, Validation
-from app.schema import DatasetSchema
+from app.records.engine import Validation
 from app.services import gate
-from app.sources import Source
 from app.worker import Worker
-
-SCHEMA: dict[str, Any] = {
-    "attributes": [
-        {"name": "sex", "type": "categorical", "values": ["F", "M"]},
-        {"name": "age", "type": "numeric", "bins": [0, 18, 30, 45, 65, 120]},
-    ]
-}
-ROWS_PER_FILE = 300
-
-
-class UploadLikeEngine:
-    """Validates each file of a source as an upload of it would be validated."""
-
-    name = "upload-like"
-
-    def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
-        rows = 0
-        for source_file in source.files:
-            # Only the schema's columns, as an engine reads them; the upload refuses others.
-            table = pq.read_table(source_file.path, columns=list(schema.names))
-            buffer = io.BytesIO()
-            pq.write_table(table, buffer)
-            buffer.seek(0)
-            rows += encode_upload(buffer, schema, content_type=PARQUET_CONTENT_TYPE).rows
-        return Validation(rows=rows)
-
-    def count(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-
-
-def write_part(path: Path, rows: int = ROWS_PER_FILE, *, seed: int = 0, **override: Any) -> None:
-    rng = np.random.default_rng(seed)
-    columns: dict[str, Any] = {
-        "sex": rng.choice(["F", "M"], size=rows).tolist(),
-        "age": rng.integers(0, 100, size=rows).astype(float).tolist(),
-        "person_id": [f"p{i % 50}" for i in range(rows)],
-        "unused": ["never read"] * rows,
-    }
-    columns.update(override)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(columns), path)
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The allowed root: a hive-partitioned folder of two files with a _SUCCESS marker."""
-    root = tmp_path_factory.mktemp("lake")
-    write_part(root / "visits" / "year=2024" / "part-0.parquet", seed=1)
-    write_part(root / "visits" / "year=2025" / "part-0.parquet", seed=2)
-    (root / "visits" / "_SUCCESS").write_text("")
-    return root
+    return write_lake(tmp_path_factory.mktemp("lake"))
 
 
 @pytest.fixture(scope="module")
