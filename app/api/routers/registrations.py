@@ -161,11 +161,10 @@ REGISTRATION_OPENAPI: dict[str, Any] = {
     },
     "responses": {
         "202": {
-            "description": "A JSON body registers a Parquet source by reference: the dataset "
-            "is `registering` and `job_id` scans it (every value against the schema) into "
-            "`ready`, or `rejected` with the reason (GET /v1/datasets/{id}, admin: `error`). "
-            "No row is copied. 422 `source_not_allowed` outside PRIVQ_SOURCE_ROOTS (or "
-            "escaping them by `..` or a link), `source_not_found` if nothing is there.",
+            "description": "A JSON body registered a Parquet source by reference, copying no "
+            "row: the dataset is `registering` until the job `job_id` has scanned every value "
+            "against the schema, then `ready`, or `rejected` with the reason "
+            "(GET /v1/datasets/{id}, admin: `error`)",
             "content": {
                 "application/json": {
                     "schema": _inlined(RegistrationOut.model_json_schema()),
