@@ -270,7 +270,7 @@ class ParquetColumn:
             filled = pc.fill_null(array, 0) if array.null_count else array
             values = pc.cast(filled, pa.int64()).to_numpy(zero_copy_only=False).copy()
             return self.encoder.integer_codes(values)
-        numbers = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).copy()
+        numbers = _floats(array)
         if kind == "numeric":
             return self.encoder.bin_numbers(numbers)
         return self._integers(numbers)
@@ -341,6 +341,16 @@ def _nulls(array: Any) -> np.ndarray | None:
         return None
     mask: np.ndarray = is_null.to_numpy(zero_copy_only=False)
     return mask
+
+
+def _floats(array: Any) -> np.ndarray:
+    """A number column as float64 (read-only, NaN where null; the caller codes the nulls):
+    nulls filled in Arrow first, so numpy views the values without a conversion pass."""
+    numbers = pc.cast(array, pa.float64())
+    if numbers.null_count:
+        numbers = pc.fill_null(numbers, np.nan)
+    values: np.ndarray = numbers.to_numpy(zero_copy_only=False)
+    return values
 
 
 def _texts_to_floats(text: Any) -> np.ndarray:

@@ -45,6 +45,8 @@ class ColumnCodes:
         if not pa.types.is_dictionary(array.type):
             return self.column.encode(array)
         codes = self._codes_of(array.dictionary)
+        if len(codes) == 2 and not array.null_count:  # one value (a partition folder's)
+            return np.full(len(array), codes[0], dtype=np.int64)
         indices = array.indices
         if indices.null_count:
             # The extra last entry of the dictionary's codes is the null's code.

@@ -27,6 +27,7 @@ from app.records.capping import BUCKET_ROWS, CappedCounter, bucket_count
 from app.records.counting import Mapper, MarginalCounter
 from app.records.encoding import ColumnCodes, unit_ids
 from app.records.engine import Marginal, UnitCap, Validation
+from app.records.prefetch import read_ahead
 from app.records.reading import Batch, SourceFileUnreadable, SourceReader
 from app.records.validation import validate_source
 from app.schema import DatasetSchema
@@ -77,7 +78,7 @@ class LocalEngine:
         columns = list(attributes) + ([unit.column] if unit is not None else [])
         with self._pool() as pool, _read_errors(reader):
             if unit is None:
-                for batch in reader.batches(columns):
+                for batch in read_ahead(reader.batches(columns)):
                     counter.add(encode(encoders, batch, pool.map), batch.rows, pool.map)
                 return counter.result()
             with tempfile.TemporaryDirectory(
@@ -86,7 +87,7 @@ class LocalEngine:
                 buckets = bucket_count(reader.row_count(), self.bucket_rows)
                 capped = CappedCounter(counter, schema, unit, buckets, directory)
                 try:
-                    for batch in reader.batches(columns):
+                    for batch in read_ahead(reader.batches(columns)):
                         codes = encode(encoders, batch, pool.map)
                         ids, absent = unit_ids(batch.columns[unit.column])
                         if absent.any():
