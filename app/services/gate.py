@@ -52,6 +52,7 @@ from app.errors import (
     PrivqError,
     RecordsPurged,
     SourceChanged,
+    SourceNotAllowed,
 )
 from app.pgm.domain import Domain
 from app.records.engine import CountingEngine, UnitCap, Validation
@@ -60,7 +61,15 @@ from app.services import jobs
 from app.services.columns import ColumnCache, true_marginal
 from app.services.record_reader import CountedMarginals, Marginal, marginals_of
 from app.services.refunds import units_up
-from app.sources import Source, SourceFile, SourceUnreadable, files_of, list_files
+from app.sources import (
+    Source,
+    SourceFile,
+    SourceUnreadable,
+    changed,
+    check_uri,
+    files_of,
+    list_files,
+)
 
 # The worker's cache of decoded columns; only the gate reads through it.
 RecordCache = ColumnCache
@@ -101,10 +110,13 @@ def lost_accesses(session: Session, job_id: str) -> list[RecordAccess]:
 
 @dataclass(frozen=True)
 class Listing:
-    """A registered source's files as listed before an access (None: it could not be listed)."""
+    """A registered source's files as listed before an access: None if it could not be
+    listed, or if its location is no longer within the operator's roots (`not_allowed`
+    says why)."""
 
     uri: str
     files: tuple[SourceFile, ...] | None
+    not_allowed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,10 +221,7 @@ class RecordGate:
             uri = session.scalar(select(Dataset.source_uri).where(Dataset.id == self.dataset_id))
         if uri is None:
             return None
-        try:
-            return Listing(uri, list_files(uri))
-        except SourceUnreadable:
-            return Listing(uri, None)
+        return listing_of(uri, self.runner.settings.source_root_list)
 
     def _require_open(self) -> RecordAccess:
         if self._open is None:
@@ -255,10 +264,12 @@ class RecordGate:
         engine = counting_engine(self.runner.settings)
         try:
             counted = engine.count(registered.source, registered.schema, plan, registered.unit)
-            changed = list_files(registered.source.uri) != registered.source.files
         except (SourceUnreadable, FileNotFoundError):
-            changed = True
-        if changed:
+            counted = None
+        # Listed again: a file written while it was read would make the counts of neither
+        # the registered source nor the new one.
+        after = listing_of(registered.source.uri, self.runner.settings.source_root_list)
+        if counted is None or after.files is None or changed(registered.source.files, after.files):
             # Seen after the access was recorded: it stays charged, and nothing is released.
             raise SourceChanged(
                 "the dataset's source changed while it was being counted; the access is "
@@ -298,10 +309,29 @@ def records_at_gate(
     if dataset.source_uri is None:
         return None
     source = source_of(dataset)
-    if listing is None or listing.uri != source.uri or listing.files != source.files:
-        # The fingerprint is the dataset: a file added, removed, rewritten or gone.
+    if listing is not None and listing.not_allowed is not None:
+        raise SourceNotAllowed(listing.not_allowed)
+    # The fingerprint is the dataset: a file added, removed or rewritten, or the source gone.
+    if (
+        listing is None
+        or listing.uri != source.uri
+        or listing.files is None
+        or changed(source.files, listing.files)
+    ):
         raise SourceChanged()
     return RegisteredRecords(source, parse_schema(dataset.schema_json), unit_cap_of(dataset))
+
+
+def listing_of(uri: str, roots: Sequence[str]) -> Listing:
+    """The source's files now, its location checked against the roots again (the operator
+    may have narrowed them, or a link inside may now lead out of them)."""
+    try:
+        location = check_uri(uri, roots)
+        return Listing(uri, list_files(location.uri, roots=roots))
+    except SourceNotAllowed as refused:
+        return Listing(uri, None, not_allowed=refused.message)
+    except SourceUnreadable:
+        return Listing(uri, None)
 
 
 def source_of(dataset: Dataset) -> Source:
@@ -321,14 +351,15 @@ def unit_cap_of(dataset: Dataset) -> UnitCap | None:
 
 
 # One engine per worker process and configuration: a Spark session is costly to start, and
-# the process's job slots share it.
-_ENGINES: dict[tuple[str, str | None], CountingEngine] = {}
+# the process's job slots share it. Keyed by the factory too, so a stand-in engine put in
+# place of `record_engine` (tests) is used at once.
+_ENGINES: dict[tuple[object, str, str | None], CountingEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
 def counting_engine(settings: Settings) -> CountingEngine:
     """The process's engine for the operator's choice, built on first use."""
-    key = (settings.record_engine, settings.spark_remote)
+    key = (record_engine, settings.record_engine, settings.spark_remote)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
