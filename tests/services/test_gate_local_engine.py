@@ -169,3 +169,44 @@ def test_a_registered_unit_keeps_the_same_capped_rows_at_every_access(
     for attrs, a, b in zip(MARGINALS, first, second, strict=True):
         assert int(a.sum()) == capped_rows, attrs
         assert np.array_equal(a, b), attrs  # the same rows at every access
+
+
+def test_an_aim_job_on_a_registered_source_scans_it_once(
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    settings: Settings,
+    lake: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.records.local import LocalEngine
+
+    folder = lake / "aim"
+    folder.mkdir()
+    pq.write_table(table(13), folder / "part-0.parquet")
+    dataset_id = register(client, database, settings, folder)
+    tenant = api.create_tenant()
+    api.grant(dataset_id, tenant["id"], 1)
+    scans: list[list[tuple[str, ...]]] = []
+    real_count = LocalEngine.count
+
+    def count(self: LocalEngine, source: Any, schema: Any, marginals: Any, unit: Any) -> Any:
+        scans.append(list(marginals))
+        return real_count(self, source, schema, marginals, unit)
+
+    monkeypatch.setattr(LocalEngine, "count", count)
+    workload = [["sex", "age"], ["age", "kids"], ["kids", "region"], ["sex", "region"]]
+    response = client.post(
+        f"/v1/datasets/{dataset_id}/mechanisms/aim",
+        json={"rho": 0.1, "workload": workload},
+        headers=tenant["headers"],
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+    job = job_row(database, job_id)
+    assert job.status == "succeeded", job.error
+    with database.read_only() as session:
+        assert session.query(MeasurementRecord).filter_by(job_id=job_id).count() >= 2
+    assert len(scans) == 1  # every round after the first summed from the first scan's counts
+    assert {frozenset(m) for m in scans[0]} == {frozenset(m) for m in workload}
