@@ -7,8 +7,9 @@ it opens the gate, which in one short transaction
 1. checks that this worker still holds the job's lease (`jobs.require_lease`),
 2. stops the job if its cancellation was asked for (`jobs.stop_if_cancelled`),
 3. checks that the records may be read: not purged or deleted (`RecordsPurged`), the
-   dataset `ready` (`DatasetNotReady`), and a registered source's files what they were
-   at registration (`SourceChanged`; listed just before the transaction),
+   dataset `ready` (`DatasetNotReady`), and a registered source still within the
+   operator's roots (`SourceNotAllowed`) with its files what they were at registration
+   (`SourceChanged`; listed just before the transaction),
 4. appends a `RecordAccess` row with the access's exact cost,
 
 and commits; only then does it hand out the reader. Cancellation, the lease and the
@@ -168,10 +169,11 @@ class RecordGate:
         JobCancelled or LeaseLost here, before anything is recorded or read, and never
         later: the body runs to the end and stores what it produced. So are the records'
         own refusals: RecordsPurged (purged or deleted), DatasetNotReady (a registration
-        not finished or rejected), SourceChanged (a registered source's files differ from
-        their fingerprint, or are gone). `precheck` runs in the same transaction before
-        the access is recorded: a check that needs no records, whose refusal leaves the
-        access unrecorded (and so refunded).
+        not finished or rejected), SourceNotAllowed (a registered source now outside the
+        roots), SourceChanged (its files differ from their fingerprint, or are gone).
+        `precheck` runs in the same transaction before the access is recorded: a check
+        that needs no records, whose refusal leaves the access unrecorded (and so
+        refunded).
         """
         if purpose not in PURPOSES:
             raise ValueError(f"unknown access purpose {purpose!r}")
@@ -299,8 +301,9 @@ def records_at_gate(
     session: Session, dataset_id: str, listing: Listing | None
 ) -> RegisteredRecords | None:
     """Whether the dataset's records may be read now (inside the gate's transaction, before
-    the access is recorded): RecordsPurged, DatasetNotReady or SourceChanged if not. Returns
-    what an engine needs for a registered source, None for stored records."""
+    the access is recorded): RecordsPurged, DatasetNotReady, SourceNotAllowed or
+    SourceChanged if not. Returns what an engine needs for a registered source, None for
+    stored records."""
     dataset = session.get(Dataset, dataset_id)
     if dataset is None or dataset.deleted_at is not None or dataset.records_purged_at is not None:
         raise RecordsPurged()
