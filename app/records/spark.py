@@ -135,7 +135,8 @@ class SparkEngine:
             query = examples_query(encoding, index, column, EXAMPLES)
             with _spark_errors(reading=True):
                 shown = [row["v"] for row in session.sql(query, source=frame).collect()]
-            raise _out_of_schema(schema, index, bad, shown)
+            floating = frame_types(frame)[schema.attributes[index].name] in ("float", "double")
+            raise _out_of_schema(schema, index, bad, shown, floating)
         if unit is not None and int(found["no_id"]):
             raise IngestError(
                 "missing_unit_id",
@@ -197,7 +198,7 @@ class SparkEngine:
         paths = [spark_path(source.uri, f.path) for f in source.files]
         with _spark_errors(reading=True):
             frame = session.read.option("basePath", base_path(source)).parquet(*paths)
-            types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+            types = frame_types(frame)
         wanted = [schema.attributes[i].name for i in needed]
         if unit is not None:
             wanted.append(unit.column)
@@ -234,6 +235,11 @@ class SparkEngine:
                     {"column": unit.column},
                 ) from None
         return frame, Encoding(stages, unit_sql)
+
+
+def frame_types(frame: Any) -> dict[str, str]:
+    """The columns of a DataFrame and their Spark types (`simpleString`), by name."""
+    return {f.name: f.dataType.simpleString() for f in frame.schema.fields}
 
 
 # -- paths ---------------------------------------------------------------------------------
@@ -293,16 +299,23 @@ def _spark_errors(*, reading: bool) -> Iterator[None]:
 
 
 def _out_of_schema(
-    schema: DatasetSchema, index: int, bad: dict[str, int], shown: list[str | None]
+    schema: DatasetSchema,
+    index: int,
+    bad: dict[str, int],
+    shown: list[str | None],
+    floating: bool,
 ) -> IngestError:
     """The refusal of the first column (in schema order) with values outside the schema,
-    naming how many rows and up to `EXAMPLES` of its values (the curator's eyes only)."""
+    naming how many rows and up to `EXAMPLES` of its values (the curator's eyes only);
+    in a `floating` column, NaN is a null, as in an upload."""
     attribute = schema.attributes[index]
     encoder = ColumnEncoder(attribute)
     reasons = []
     for value in shown:
         if value is None:
             reasons.append('a null (with "missing": true the attribute takes missing values)')
+        elif floating and value == "NaN":
+            reasons.append('NaN (with "missing": true it is a missing value)')
         else:
             reasons.append(encoder.explain(value))
     others = [f"{name!r} ({rows} rows)" for name, rows in bad.items() if name != attribute.name]
