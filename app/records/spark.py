@@ -62,9 +62,13 @@ _UNREADABLE_CLASSES = (
     "UNABLE_TO_INFER_SCHEMA",
     "PARQUET",
 )
-# Spark infers types of partition folders' values ("2024" an int); upload and the local
-# engine read them as text, so the engine's session reads them as text too.
-_SESSION_CONF = {"spark.sql.sources.partitionColumnTypeInference.enabled": "false"}
+# The engine's session reads as an upload and the local engine do: partition folders'
+# values as text (Spark would infer "2024" an int), column names case-sensitively (Spark
+# would match a schema's "Age" with a file's "age").
+_SESSION_CONF = {
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.caseSensitive": "true",
+}
 
 
 class SparkNotInstalled(ServiceUnavailable, code="spark_not_installed"):
