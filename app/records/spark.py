@@ -11,11 +11,11 @@ summed from them here. Plain Spark SQL only: no Python runs on the cluster.
 pyspark is an optional dependency (the `spark` extra), imported only when the engine is
 built: the service runs without it unless PRIVQ_RECORD_ENGINE=spark.
 
-Errors: a source that cannot be read as the schema asks (not Parquet, a column missing
-or of a type the attribute cannot read, a value outside the schema) is an
-`app.ingest.IngestError`, as an upload's would be; anything else Spark reports is
-`SparkFailed`, whose message never carries Spark's (which could quote a value), only
-its error class.
+Errors: at registration, a source that cannot be read as the schema asks (not Parquet,
+a column missing or of a type the attribute cannot read, a value outside the schema) is
+an `app.ingest.IngestError`, as an upload's would be; at a count, where registration
+has read it, that is `SourceChanged`. Anything else Spark reports is `SparkFailed`,
+whose message never carries Spark's (which could quote a value), only its error class.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from app.errors import InvariantViolated, ServiceUnavailable
+from app.errors import InvariantViolated, ServiceUnavailable, SourceChanged
 from app.ingest import IngestError
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import quote_cell
@@ -175,13 +175,23 @@ class SparkEngine:
         else:
             needed = tuple(sorted({i for s in sets for i in s}))
         session = self.session()
-        frame, encoding = self._encoding(session, source, schema, needed, unit)
+        try:
+            frame, encoding = self._encoding(session, source, schema, needed, unit)
+        except IngestError as error:  # registration read it; now it does not
+            raise SourceChanged(
+                f"the dataset's source no longer reads as it did at registration: {error.message}"
+            ) from None
         cap = None
         if unit is not None:
             cap = Cap(unit.secret, unit.max_rows, tuple(range(len(schema.attributes))))
         query = count_query(encoding, sets, cap)
-        with _spark_errors(reading=False):
-            table = session.sql(query, source=frame).toArrow()
+        try:
+            with _spark_errors(reading=True):
+                table = session.sql(query, source=frame).toArrow()
+        except IngestError:
+            raise SourceChanged(
+                "the dataset's source no longer reads as Parquet as it did at registration"
+            ) from None
         counted = _arrays(table, schema, largest, sets)
         return {m: _sum_to(m, counted) for m in requested}
 

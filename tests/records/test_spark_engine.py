@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.errors import SourceChanged
 from app.ingest import IngestError, PrivacyUnit, encode_parquet
 from app.records.engine import UnitCap
 from app.records.spark import (
@@ -404,8 +405,11 @@ def test_missing_columns_unreadable_types_and_files_that_are_not_parquet(
         pa.table({"age": [1.0], "when": pa.array([0], pa.timestamp("us")), "tags": [["a"]]}),
         path,
     )
-    missing = refusal(engine, path, DatasetSchema((Attribute.numeric("height", [0, 1]),)))
+    height = DatasetSchema((Attribute.numeric("height", [0, 1]),))
+    missing = refusal(engine, path, height)
     assert missing.code == "bad_header" and missing.details["missing"] == ["height"]
+    with pytest.raises(SourceChanged):  # a count meets what registration would refuse
+        engine.count(source(path), height, [("height",)], None)
     # Names match as an upload matches them: exactly ("AGE" is not "age").
     other_case = refusal(engine, path, DatasetSchema((Attribute.numeric("AGE", [0, 2]),)))
     assert other_case.code == "bad_header" and other_case.details["missing"] == ["AGE"]
