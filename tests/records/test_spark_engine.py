@@ -534,3 +534,20 @@ def test_both_engines_agree_on_every_column_type_under_a_cap(
     assert by_spark[()][0] < ROWS
     for m in MARGINALS:
         np.testing.assert_array_equal(by_spark[m], by_local[m], err_msg=str(m))
+
+
+def test_the_number_pattern_accepts_what_python_float_parses() -> None:
+    import re
+
+    from app.records.spark_sql import PYTHON_FLOAT
+
+    texts = ["1", "-1", "+1.5", "1.", ".5", "1e5", "1E-5", "1.e5", "1_000", "1_000.5_5e1_0"]
+    texts += ["inf", "-Infinity", "nAn", "+inf", "1__0", "_1", "1_", "1._5", "1_.5", ".e5", "e5"]
+    texts += ["1e", "1d", "0x10", "1,5", "", ".", "+", "--1", "1e5.5", "infinit", "nan1", "1 2"]
+    for text in texts:
+        try:
+            float(text)
+            parses = True
+        except ValueError:
+            parses = False
+        assert (re.match(PYTHON_FLOAT, text) is not None) == parses, text
