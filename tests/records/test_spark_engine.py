@@ -63,6 +63,12 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             .config("spark.driver.memory", "1g")
             .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
             .config("spark.local.dir", str(folder / "local"))
+            # Small data, many short queries on a shared 2-core host: the JVM's quick
+            # compiler only, and no whole-stage code generation (Spark compiles less for
+            # each query; the results are the same). PRIVQ_TEST_SPARK_REMOTE runs these
+            # tests against a server with Spark's defaults.
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+            .config("spark.sql.codegen.wholeStage", "false")
             .getOrCreate()
         )
     yield session
