@@ -110,16 +110,34 @@ class SparkEngine:
         with self._lock:
             with _spark_errors(reading=False):
                 if self._session is None:
-                    self._session = self._builder.remote(self._remote).getOrCreate()
+                    # A session of the engine's own (not the process's shared default), so
+                    # that its settings and its lifetime are the engine's.
+                    self._session = self._builder.remote(self._remote).create()
                 if not self._configured:
                     for key, value in _SESSION_CONF.items():
                         self._session.conf.set(key, value)
                     self._configured = True
             return self._session
 
+    @contextmanager
+    def _reconnecting(self) -> Iterator[None]:
+        """A failed query drops a session the engine made, so that the next access
+        connects afresh (a restarted Spark Connect server forgets its sessions)."""
+        try:
+            yield
+        except SparkFailed:
+            if self._remote is not None:
+                with self._lock:
+                    self._session, self._configured = None, False
+            raise
+
     # -- registration ------------------------------------------------------------------
 
     def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
+        with self._reconnecting():
+            return self._validate(source, schema, unit)
+
+    def _validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
         everything = tuple(range(len(schema.attributes)))
         session = self.session()
         frame, encoding = self._encoding(session, source, schema, everything, unit)
@@ -154,6 +172,16 @@ class SparkEngine:
     # -- counting --------------------------------------------------------------------------
 
     def count(
+        self,
+        source: Source,
+        schema: DatasetSchema,
+        marginals: Sequence[Marginal],
+        unit: UnitCap | None,
+    ) -> dict[Marginal, np.ndarray]:
+        with self._reconnecting():
+            return self._count(source, schema, marginals, unit)
+
+    def _count(
         self,
         source: Source,
         schema: DatasetSchema,

@@ -557,3 +557,47 @@ def test_the_number_pattern_accepts_what_python_float_parses() -> None:
         except ValueError:
             parses = False
         assert (re.match(PYTHON_FLOAT, text) is not None) == parses, text
+
+
+class _FailingSession:
+    """A Spark session whose every read fails as an unreachable server's would."""
+
+    def __init__(self) -> None:
+        self.conf = self
+        self.read = self
+
+    def set(self, key: str, value: str) -> None:
+        pass
+
+    def option(self, key: str, value: str) -> _FailingSession:
+        return self
+
+    def parquet(self, *paths: str) -> Any:
+        from pyspark.errors import PySparkException
+
+        raise PySparkException(message="connection refused, value 'secret-value'")
+
+
+def test_a_failed_query_is_typed_and_the_next_access_reconnects() -> None:
+    from app.records.spark import SparkFailed
+
+    made: list[_FailingSession] = []
+
+    class Builder:
+        def remote(self, url: str) -> Builder:
+            return self
+
+        def create(self) -> _FailingSession:
+            made.append(_FailingSession())
+            return made[-1]
+
+    engine = SparkEngine("sc://127.0.0.1:15002")
+    engine._builder = Builder()
+    one = Source("file:///srv/a.parquet", (SourceFile("/srv/a.parquet", 1, ""),))
+    schema = DatasetSchema((Attribute.numeric("age", [0, 1]),))
+    for attempt in (1, 2):
+        with pytest.raises(SparkFailed) as caught:
+            engine.count(one, schema, [("age",)], None)
+        assert caught.value.status == 503
+        assert "secret-value" not in caught.value.message
+        assert len(made) == attempt  # each access after a failure connects afresh
