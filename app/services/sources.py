@@ -128,9 +128,7 @@ def run_job(worker: jobs.JobRunner, job: Job) -> dict[str, Any]:
     schema = dataset_service.dataset_schema(dataset)
     rows = _scanned(worker, dataset, schema, files)
     if changed(files, _listed(dataset.source_uri, roots)):
-        raise RegistrationRejected(
-            "the source's files changed while it was scanned; register it again once it is complete"
-        )
+        raise RegistrationRejected(_CHANGED_WHILE_SCANNED)
     with worker.database.unit_of_work() as session:
         jobs.get(session, job.id, for_update=True)
         jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)

@@ -282,6 +282,7 @@ def test_measuring_while_registering_is_refused_and_charges_nothing(
         ("measurements", {"marginals": [["sex"]], "rho": 0.1}),
         ("measurements?dry_run=true", {"marginals": [["sex"]], "rho": 0.1}),
         ("mechanisms/aim", {"rho": 0.1}),
+        ("mechanisms/aim?dry_run=true", {"rho": 0.1}),
     ]
     for path, body in requests:
         response = client.post(
@@ -369,6 +370,30 @@ def test_an_internal_failure_of_the_scan_rejects_without_quoting_it(
     assert dataset.status == "rejected"
     assert "internal error" in (dataset.source_error or "")
     assert "12345" not in (dataset.source_error or "")
+
+
+def test_a_source_written_to_during_its_scan_is_rejected(
+    client: TestClient,
+    database: Database,
+    settings: Settings,
+    lake: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = lake / unique_name("growing")
+    write_part(folder / "part-0.parquet", rows=20)
+    scan = gate.validate_source
+
+    def scan_then_append(*args: Any) -> Validation:
+        validation = scan(*args)
+        write_part(folder / "part-1.parquet", rows=20)  # a writer adds a file meanwhile
+        return validation
+
+    monkeypatch.setattr(gate, "validate_source", scan_then_append)
+    answer = register(client, folder.as_uri())
+    run_jobs(database, settings)
+    dataset = stored(database, answer["id"])
+    assert dataset.status == "rejected" and dataset.source_fingerprint is None
+    assert "changed while it was scanned" in (dataset.source_error or "")
 
 
 def test_the_openapi_documents_both_bodies(client: TestClient) -> None:
