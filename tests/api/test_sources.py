@@ -357,13 +357,10 @@ def test_an_internal_failure_of_the_scan_rejects_without_quoting_it(
     lake: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    class Broken:
-        name = "broken"
+    def broken_scan(*args: Any) -> Validation:
+        raise RuntimeError("secret value 12345")
 
-        def validate(self, *args: Any) -> Validation:
-            raise RuntimeError("secret value 12345")
-
-    monkeypatch.setattr(gate, "record_engine", lambda settings: Broken())
+    monkeypatch.setattr(gate, "validate_source", broken_scan)
     answer = register(client, f"{lake.as_uri()}/visits")
     run_jobs(database, settings)
     dataset = stored(database, answer["id"])
