@@ -171,8 +171,29 @@ def kept_rows(groups: np.ndarray, keys: np.ndarray, max_rows: int) -> np.ndarray
     counts = np.bincount(groups)
     if int(counts.max()) <= max_rows:
         return None
-    order = np.lexsort((keys, groups))  # by unit, then by key
+    order = _by_unit_then_key(groups, keys, len(counts))
     starts = np.cumsum(counts) - counts
     rank = np.arange(groups.size, dtype=np.int64) - starts[groups[order]]
     kept: np.ndarray = order[rank < max_rows]
     return kept
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def _by_unit_then_key(groups: np.ndarray, keys: np.ndarray, units: int) -> np.ndarray:
+    """The rows ordered by unit, then by key: one sort of a 64-bit number whose high bits
+    are the unit and whose low bits are the key's highest, several times faster than a
+    lexsort. Two rows of a unit whose keys agree in those bits are put in order by a
+    lexsort instead (rare: a chance of about rows² / 2^(64 - unit bits) per bucket)."""
+    unit_bits = max(1, int(units - 1).bit_length())
+    key_bits = 64 - unit_bits
+    ordered_keys = keys.view(np.uint64) ^ _SIGN  # signed order as unsigned order
+    combined = groups.astype(np.uint64) << np.uint64(key_bits)
+    combined |= ordered_keys >> np.uint64(unit_bits)
+    order = np.argsort(combined)
+    ranked = combined[order]
+    if ranked.size > 1 and bool(np.any(ranked[1:] == ranked[:-1])):
+        exact: np.ndarray = np.lexsort((keys, groups))
+        return exact
+    return order
