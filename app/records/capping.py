@@ -7,15 +7,17 @@ normalised id, the row key and the codes the counted marginals need — into one
 `buckets` Arrow IPC files chosen by a hash of the id, so that all of a unit's rows land
 in one bucket. Then each bucket (about `BUCKET_ROWS` rows at most) is read whole, its
 rows grouped by id exactly (`pyarrow.compute.dictionary_encode`), sorted by unit then
-key, and the first `max_rows` of each unit counted. Memory is a batch while scanning
-and a bucket while capping, whatever the rows or the units; the files live in a
-temporary folder the caller removes.
+key, and the first `max_rows` of each unit counted; the engine's two threads cap two
+buckets at a time. Memory is a batch while scanning and two buckets while capping,
+whatever the rows or the units; the files live in a temporary folder the caller
+removes.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -130,22 +132,22 @@ class CappedCounter:
                 self._writers[index] = None
 
     def finish(self, mapper: Mapper | None = None) -> None:
-        """Count every bucket's kept rows, one bucket in memory at a time."""
+        """Count every bucket's kept rows: as many buckets in memory at once as `mapper`
+        runs tasks side by side (one without it)."""
         self.close()
-        for index in range(self.buckets):
-            path = os.path.join(self.directory, f"bucket-{index}.arrow")
-            if not os.path.exists(path):
-                continue
-            with pa.memory_map(path) as source:
-                table = pa.ipc.open_stream(source).read_all().combine_chunks()
-            self._count_bucket(table, mapper)
-            del table
-            os.remove(path)
+        lock = threading.Lock()
+        run = mapper if mapper is not None else map
+        for _ in run(lambda index: self._count_bucket(index, lock), range(self.buckets)):
+            pass
 
-    def _count_bucket(self, table: Any, mapper: Mapper | None) -> None:
-        rows = table.num_rows
-        if rows == 0:
+    def _count_bucket(self, index: int, lock: threading.Lock) -> None:
+        path = os.path.join(self.directory, f"bucket-{index}.arrow")
+        if not os.path.exists(path):
             return
+        with pa.memory_map(path) as source:
+            table = pa.ipc.open_stream(source).read_all().combine_chunks()
+        os.remove(path)  # the mapping keeps the data readable until the table is gone
+        rows = table.num_rows
         groups = group_indices(table.column("id"))
         keep = kept_rows(groups, table.column("key").to_numpy(), self.unit.max_rows)
         codes = {}
@@ -153,8 +155,10 @@ class CappedCounter:
             column = table.column(f"c{i}").to_numpy()
             codes[attribute] = column if keep is None else column[keep]
         kept = rows if keep is None else int(keep.size)
-        self.counter.add(codes, kept, mapper)
-        self.kept += kept
+        del table, groups
+        with lock:  # the totals are shared: one bucket adds at a time
+            self.counter.add(codes, kept)
+            self.kept += kept
 
 
 def group_indices(ids: Any) -> np.ndarray:
