@@ -145,7 +145,8 @@ class CappedCounter:
         if not os.path.exists(path):
             return
         with pa.memory_map(path) as source:
-            table = pa.ipc.open_stream(source).read_all().combine_chunks()
+            # Chunks stay apart: the ids of a bucket may pass 2 GiB, a string array's limit.
+            table = pa.ipc.open_stream(source).read_all()
         os.remove(path)  # the mapping keeps the data readable until the table is gone
         rows = table.num_rows
         groups = group_indices(table.column("id"))
@@ -164,9 +165,14 @@ class CappedCounter:
 def group_indices(ids: Any) -> np.ndarray:
     """Each row's unit as an index 0..units-1 (int64): equal ids, one index."""
     encoded = pc.dictionary_encode(ids)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if not isinstance(encoded, pa.ChunkedArray):
+        encoded = pa.chunked_array([encoded])
+    # The hash kernel shares one dictionary across a chunked array's chunks: the
+    # indices are the same units in every chunk.
+    parts = [chunk.indices.to_numpy(zero_copy_only=False) for chunk in encoded.chunks]
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate(parts).astype(np.int64, copy=False)
 
 
 def kept_rows(groups: np.ndarray, keys: np.ndarray, max_rows: int) -> np.ndarray | None:
