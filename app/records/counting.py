@@ -101,7 +101,7 @@ def flat_cells(
         return np.zeros(rows, dtype=np.intp)
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     # A fresh array (the codes are shared by every marginal), accumulated in place.
-    flat = np.multiply(codes[marginal[0]], strides[0], dtype=np.intp)
+    flat: np.ndarray = np.multiply(codes[marginal[0]], strides[0], dtype=np.intp)
     for attribute, stride in zip(marginal[1:], strides[1:], strict=True):
         column = codes[attribute]
         if stride == 1:
