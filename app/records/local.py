@@ -59,7 +59,7 @@ class LocalEngine:
         self.spill_directory = spill_directory
 
     def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
-        reader = SourceReader(source, self.batch_rows)
+        reader = SourceReader(source, self.batch_rows, [unit.column] if unit else [])
         with self._pool() as pool:
             return validate_source(reader, schema, unit, pool.map)
 
@@ -71,7 +71,7 @@ class LocalEngine:
         unit: UnitCap | None,
     ) -> dict[Marginal, np.ndarray]:
         counter = MarginalCounter(schema.domain(), marginals)
-        reader = SourceReader(source, self.batch_rows)
+        reader = SourceReader(source, self.batch_rows, [unit.column] if unit else [])
         # The row key hashes every attribute's code, so a cap reads every attribute.
         attributes = counter.attributes if unit is None else schema.names
         encoders = {a: ColumnCodes(schema.attribute(a)) for a in attributes}
@@ -80,26 +80,37 @@ class LocalEngine:
             if unit is None:
                 for batch in read_ahead(reader.batches(columns)):
                     counter.add(encode(encoders, batch, pool.map), batch.rows, pool.map)
-                return counter.result()
-            with tempfile.TemporaryDirectory(
-                prefix="privq-cap-", dir=self.spill_directory
-            ) as directory:
-                buckets = bucket_count(reader.row_count(), self.bucket_rows)
-                capped = CappedCounter(counter, schema, unit, buckets, directory)
-                try:
-                    for batch in read_ahead(reader.batches(columns)):
-                        codes = encode(encoders, batch, pool.map)
-                        ids, absent = unit_ids(batch.columns[unit.column])
-                        if absent.any():
-                            raise SourceChanged(
-                                f"the privacy unit column {unit.column!r} has rows without "
-                                "an id, which registration refused: the source changed"
-                            )
-                        capped.add(ids, codes, batch.rows, pool.map)
-                    capped.finish(pool.map)
-                finally:
-                    capped.close()
-            return counter.result()
+            else:
+                self._count_capped(reader, columns, encoders, counter, schema, unit, pool)
+        return counter.result()
+
+    def _count_capped(
+        self,
+        reader: SourceReader,
+        columns: list[str],
+        encoders: Mapping[str, ColumnCodes],
+        counter: MarginalCounter,
+        schema: DatasetSchema,
+        unit: UnitCap,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        """Spill every batch by unit, then count each unit's kept rows (`capping`)."""
+        with tempfile.TemporaryDirectory(prefix="privq-cap-", dir=self.spill_directory) as folder:
+            buckets = bucket_count(reader.row_count(), self.bucket_rows)
+            capped = CappedCounter(counter, schema, unit, buckets, folder)
+            try:
+                for batch in read_ahead(reader.batches(columns)):
+                    codes = encode(encoders, batch, pool.map)
+                    ids, absent = unit_ids(batch.columns[unit.column])
+                    if absent.any():
+                        raise SourceChanged(
+                            f"the privacy unit column {unit.column!r} has rows without an "
+                            "id, which registration refused: the source changed"
+                        )
+                    capped.add(ids, codes, batch.rows, pool.map)
+                capped.finish(pool.map)
+            finally:
+                capped.close()
 
     @contextmanager
     def _pool(self) -> Iterator[ThreadPoolExecutor]:

@@ -14,7 +14,8 @@ the same name.
 
 Text and binary columns are read as dictionary arrays (Parquet writers
 dictionary-encode them; Arrow keeps the dictionary instead of expanding every row), so
-the encoders map each distinct dictionary once (`app.records.encoding`).
+the encoders map each distinct dictionary once (`app.records.encoding`); the unit's id
+column, nearly all distinct values, is read plain.
 """
 
 from __future__ import annotations
@@ -74,15 +75,18 @@ class OpenedFile:
 class SourceReader:
     """Reads `columns` of a source's files, in the fingerprint's order."""
 
-    def __init__(self, source: Source, batch_rows: int) -> None:
+    def __init__(self, source: Source, batch_rows: int, plain: Sequence[str] = ()) -> None:
         self.source = source
         self.batch_rows = batch_rows
+        # Columns read as plain arrays even if text: the unit's ids, nearly all distinct,
+        # whose dictionary would cost a hash table and save nothing.
+        self.plain = frozenset(plain)
         try:
             self.filesystem, base = fs.FileSystem.from_uri(source.uri)
         except Exception:  # the message could name credentials or internals
             raise SourceChanged(f"the source {source.uri!r} cannot be opened") from None
         self.base = base.rstrip("/")
-        self._zeros = np.zeros(0, dtype=np.int32)
+        self._indices: dict[int, Any] = {}
 
     def open(self, file: SourceFile) -> OpenedFile:
         """Open one file: its size checked against the fingerprint, its footer read.
@@ -103,7 +107,9 @@ class SourceReader:
             metadata = pq.read_metadata(handle)
             arrow_schema = metadata.schema.to_arrow_schema()
             # Text and bytes come as dictionary arrays: mapped once per dictionary.
-            dictionaries = [f.name for f in arrow_schema if _is_bytes(f.type)]
+            dictionaries = [
+                f.name for f in arrow_schema if _is_bytes(f.type) and f.name not in self.plain
+            ]
             parquet = pq.ParquetFile(
                 handle, metadata=metadata, pre_buffer=True, read_dictionary=dictionaries
             )
@@ -171,9 +177,12 @@ class SourceReader:
                 remaining -= rows
 
     def _constant(self, opened: OpenedFile, name: str, rows: int) -> Any:
-        if self._zeros.size < rows:
-            self._zeros = np.zeros(rows, dtype=np.int32)
-        indices = pa.array(self._zeros[:rows])
+        """A partition folder's value for `rows` rows: a dictionary of one value."""
+        indices = self._indices.get(rows)
+        if indices is None:
+            zeros = pa.py_buffer(np.zeros(rows, dtype=np.int32).tobytes())
+            indices = pa.Array.from_buffers(pa.int32(), rows, [None, zeros])
+            self._indices = {rows: indices}  # a file's batches mostly have one length
         dictionary = pa.array([opened.partitions[name]], type=pa.string())
         return pa.DictionaryArray.from_arrays(indices, dictionary)
 
