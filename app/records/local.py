@@ -9,6 +9,10 @@ threads (Arrow's compute functions and numpy release the GIL), column by column 
 marginal by marginal. Memory is bounded by a batch (and a bucket), not by the rows.
 
 The registration scan (`validate`) is in `app.records.validation`.
+
+Measured by `bench/lake.py scan` (10⁷ rows × 20 attributes, 40 marginals): about 4 CPU
+seconds a scan, a third less with Arrow on the C library's allocator, as privq's
+processes run it (`app/cli.py`); peak memory about 0.4 GB, the same at 3·10⁷ rows.
 """
 
 from __future__ import annotations
