@@ -129,11 +129,12 @@ def test_the_spark_image_is_java_and_spark_only() -> None:
     runs = " ".join(rest for keyword, rest in found if keyword == "RUN")
     assert "openjdk-17-jre-headless" in runs and "--no-install-recommends" in runs
     assert "--require-hashes -r /tmp/requirements.lock" in runs
-    # Nothing of privq reaches it: the lock, the entrypoint and the built Spark only.
+    # Nothing of privq reaches it: the lock, the built Spark, its log settings, the entrypoint.
     copies = [rest for keyword, rest in found if keyword == "COPY"]
     assert copies == [
         "requirements.lock /tmp/requirements.lock",
         "--from=spark /stage/spark /opt/spark",
+        "log4j2.properties /opt/spark/conf/log4j2.properties",
         "entrypoint.sh /opt/spark-entrypoint.sh",
     ]
     env = " ".join(rest for keyword, rest in found if keyword == "ENV")
