@@ -59,6 +59,14 @@ def _schema_name(schema: dict[str, Any]) -> str:
     return f"`{schema.get('type', 'object')}`"
 
 
+def _body_name(schema: dict[str, Any]) -> str:
+    """A whole body's schema: a model inlined in place (a hidden route's, documented on
+    another operation) by its title."""
+    if schema.get("type") == "object" and "title" in schema:
+        return f"`{schema['title']}`"
+    return _schema_name(schema)
+
+
 def _parameters(operation: dict[str, Any]) -> list[str]:
     rows = []
     for parameter in operation.get("parameters", []):
@@ -79,7 +87,7 @@ def _request_body(operation: dict[str, Any]) -> list[str]:
         return []
     lines = []
     for media, content in body.get("content", {}).items():
-        lines.append(f"Body ({media}): {_schema_name(content.get('schema', {}))}.")
+        lines.append(f"Body ({media}): {_body_name(content.get('schema', {}))}.")
     return [*lines, ""]
 
 
@@ -101,7 +109,7 @@ def _responses(operation: dict[str, Any]) -> list[str]:
             what += " — " + ", ".join(f"`{code}`" for code in missing)
         if status.startswith("2"):
             shapes = {
-                _schema_name(content["schema"])
+                _body_name(content["schema"])
                 for content in response.get("content", {}).values()
                 if content.get("schema")
             }

@@ -247,6 +247,41 @@ class AdminClient(BaseClient):
             )
         return body
 
+    def register(
+        self,
+        name: str,
+        schema: SchemaSource,
+        uri: str,
+        *,
+        privacy_unit: Mapping[str, Any] | None = None,
+        rho_total: float | None = None,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> Json:
+        """Register a Parquet source by reference: `uri` a file or a folder of them
+        (`file:///srv/lake/visits/`, `s3://bucket/prefix/`) within the service's
+        PRIVQ_SOURCE_ROOTS; `schema` as for `upload`. privq copies no row: a job scans the
+        source against the schema and the dataset becomes `ready` (or `rejected`).
+
+        `wait=True` waits for that job (`timeout` seconds, None: no limit) and returns the
+        dataset as `dataset()` gives it, `status` "ready"; a rejected source raises
+        `JobFailed`, whose message says why (the column, how many rows, a few examples).
+        `wait=False` returns at once: `id`, `name`, `status` "registering", `job_id`."""
+        body: dict[str, Any] = {
+            "name": name,
+            "schema": json.loads(schema_text(schema)),
+            "source": {"format": "parquet", "uri": uri},
+        }
+        if privacy_unit is not None:
+            body["privacy_unit"] = dict(privacy_unit)
+        if rho_total is not None:
+            body["rho_total"] = rho_total
+        registration: Json = self._transport.json("POST", "/v1/datasets", json=body)
+        if not wait:
+            return registration
+        self.job(registration["job_id"]).wait(timeout, progress=False)
+        return self.dataset(registration["id"])
+
     def delete_dataset(self, dataset_id: str) -> None:
         """Delete records, measurements and models; the ledger keeps its lines."""
         self._transport.request("DELETE", f"/v1/datasets/{segment(dataset_id)}")

@@ -179,9 +179,19 @@ def _refusals_before_the_route(route: APIRoute, operation: dict[str, Any]) -> No
     from app.api import deps
 
     responses = operation.setdefault("responses", {})
-    for media_type in operation.get("requestBody", {}).get("content", {}):
-        if media_type in BODY_REFUSALS:
-            _add_refusals(responses, BODY_REFUSALS[media_type])
+    media_types = [
+        media_type
+        for media_type in operation.get("requestBody", {}).get("content", {})
+        if media_type in BODY_REFUSALS
+    ]
+    if len(media_types) > 1:  # POST /v1/datasets: an upload or a registration
+        names = " nor ".join(f"`{media_type}`" for media_type in media_types)
+        wrong_type = Coded(
+            "unsupported_media_type", f"The body is neither {names} (`Content-Type`).", _WRONG_TYPE
+        )
+        _add_refusals(responses, {415: [wrong_type]})
+    for media_type in media_types:
+        _add_refusals(responses, BODY_REFUSALS[media_type])
     if deps.get_database in set(_dependency_calls(route.dependant)):
         _add_refusals(responses, DATABASE_REFUSALS)
         responses["503"].setdefault("headers", {}).setdefault("Retry-After", RETRY_AFTER_HEADER)

@@ -232,9 +232,32 @@ class PrivacyUnitOut(BaseModel):
         return None if described is None else cls(**described)
 
 
+class SourceOut(BaseModel):
+    """Where a dataset registered by reference lives (the admin's view only)."""
+
+    format: str = Field(description='The files\' format: "parquet".')
+    uri: str = Field(description="The source's location, normalised: file:///… or s3://….")
+
+
 class DatasetOut(BaseModel):
     id: str
     name: str
+    status: Literal["ready", "registering", "rejected"] = Field(
+        default="ready",
+        description="An uploaded dataset is ready at once; one registered by reference is "
+        "registering until its job has scanned the source, then ready or rejected. Only a "
+        "ready dataset can be measured (409 dataset_not_ready otherwise).",
+    )
+    source: SourceOut | None = Field(
+        default=None,
+        description="A dataset registered by reference: its format and location (admin view "
+        "only; forgotten when its records are purged or it is deleted).",
+    )
+    error: str | None = Field(
+        default=None,
+        description="Why the registration was rejected (admin view only: it may quote "
+        "values of the source).",
+    )
     attributes: list[dict[str, Any]] = Field(description="The public schema, in column order.")
     rows: int | None = Field(
         default=None, description="Exact row count: shown to the admin (curator) only."
@@ -279,6 +302,13 @@ class DatasetOut(BaseModel):
             privacy_unit=PrivacyUnitOut.of(unit_accounting.described(dataset)),
             created_at=dataset.created_at,
             records_purged_at=dataset.records_purged_at,
+            status=dataset.status or "ready",  # type: ignore[arg-type]
+            source=(
+                SourceOut(format=dataset.source_format or "parquet", uri=dataset.source_uri)
+                if for_admin and dataset.source_uri is not None
+                else None
+            ),
+            error=dataset.source_error if for_admin else None,
         )
 
 

@@ -1,5 +1,5 @@
-"""`privq datasets list|show|upload|set-estimator|purge-records|delete`: the curator's
-tables."""
+"""`privq datasets list|show|upload|register|set-estimator|purge-records|delete`: the
+curator's tables."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from app.config import get_settings
 from app.pgm.estimation import ESTIMATOR_NAMES
 from app.services import datasets as dataset_service
 from app.services import refits, scrub
+from app.services import sources as source_service
 from app.services.rho import rho_units
 
-DATASET_COLUMNS = ("id", "name", "rows", "rho_total", "created_at")
+DATASET_COLUMNS = ("id", "name", "status", "rows", "rho_total", "created_at")
 
 
 def list_datasets(args: argparse.Namespace, session: Session) -> Listing:
@@ -47,6 +48,29 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
             unit=dataset_service.parse_privacy_unit_field(args.privacy_unit, schema),
         )
     return Record(DatasetOut.of(dataset, for_admin=True), hidden=("attributes",))
+
+
+def register_dataset(args: argparse.Namespace, session: Session) -> Record:
+    """As POST /v1/datasets with a JSON body: the dataset (registering) and its job, which
+    a worker runs (it scans the source against the schema; no row is copied)."""
+    schema = dataset_service.parse_dataset_schema(Path(args.schema).read_bytes())
+    dataset, job = source_service.register(
+        session,
+        name=args.name,
+        schema=schema,
+        source_format="parquet",
+        uri=args.uri,
+        roots=get_settings().source_root_list,
+        rho_total_units=None
+        if args.rho_total is None
+        else rho_units(args.rho_total, field="rho_total", rounding="down"),
+        unit=dataset_service.parse_privacy_unit_field(args.privacy_unit, schema),
+    )
+    note = (
+        f"registration job {job.id} queued: a worker scans the source, then the dataset is "
+        f"ready or rejected (privq jobs show {job.id}; privq datasets show {dataset.id})"
+    )
+    return Record(DatasetOut.of(dataset, for_admin=True), note=note, hidden=("attributes",))
 
 
 def set_estimator(args: argparse.Namespace, session: Session) -> Record:
@@ -102,6 +126,27 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="JSON",
         help='\'{"column": "person_id", "max_rows": k}\': rows sharing an id are one unit, '
         "each keeps at most k of them (at random); the id column is never stored",
+    )
+    registration = action(
+        actions,
+        "register",
+        register_dataset,
+        "register a Parquet file or folder by reference (no row is copied)",
+        ("name", "the dataset's name"),
+    )
+    registration.add_argument("--schema", required=True, help="the schema's JSON file")
+    registration.add_argument(
+        "--uri",
+        required=True,
+        help="file:///… or s3://bucket/prefix/, within PRIVQ_SOURCE_ROOTS",
+    )
+    registration.add_argument("--rho-total", default=None, help="cap on all grants together")
+    registration.add_argument(
+        "--privacy-unit",
+        default=None,
+        metavar="JSON",
+        help='\'{"column": "person_id", "max_rows": k}\': rows sharing an id are one unit; '
+        "each access counts at most k of them (the same rows every time)",
     )
     estimator = action(
         actions,

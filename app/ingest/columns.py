@@ -44,6 +44,10 @@ class StrippingLookup(dict[str, int]):
         return code
 
 
+# Up to this many edges, numbers are binned by counting the edges they reach (one pass
+# an edge); beyond, by a binary search.
+_COMPARED_EDGES = 24
+
 _MISS = -2  # memo marker: the cell's code is not remembered yet
 
 
@@ -129,7 +133,32 @@ class ColumnEncoder:
         return self.bin_numbers(x)
 
     def bin_numbers(self, x: np.ndarray) -> np.ndarray:
-        """Bin codes of parsed numbers (NaN for unparsable cells), -1 outside the schema."""
+        """Bin codes of parsed numbers (NaN for unparsable cells), -1 outside the schema.
+
+        A number's bin is how many of the edges e_0..e_{k-1} it reaches (x >= e_j),
+        less one: [e_j, e_{j+1}) is bin j, and e_k, which no edge below it passes, falls
+        in the last bin (closed). NaN reaches none. Counting comparisons is a few
+        branch-free passes, several times faster than a binary search over few edges.
+        """
+        edges = self._edges
+        if len(edges) > _COMPARED_EDGES:
+            return self._search_bins(x)
+        clip = self.attribute.clip
+        # Clipped, a number below e_0 is in bin 0: counting from e_1 gives exactly that.
+        counted = edges[1:-1] if clip else edges[:-1]
+        reached = np.zeros(x.shape, dtype=np.int16)
+        for edge in counted:
+            reached += x >= edge
+        codes = reached.astype(np.int64)
+        if clip:
+            codes[np.isnan(x)] = -1  # NaN and unparsable cells have no bin, clipped or not
+        else:
+            codes -= 1  # below e_0 (and NaN) reach no edge: -1
+            codes[x > edges[-1]] = -1
+        return codes
+
+    def _search_bins(self, x: np.ndarray) -> np.ndarray:
+        """`bin_numbers` by binary search, for attributes with many edges."""
         edges = self._edges
         last_bin = len(edges) - 2
         codes = np.searchsorted(edges, x, side="right").astype(np.int64) - 1

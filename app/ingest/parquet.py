@@ -96,7 +96,7 @@ def encode_parquet(
         _check_id_type(unit_column, parquet.schema_arrow.field(unit_column).type)
     if parquet.metadata.num_rows == 0:
         raise IngestError("empty_file", "the Parquet file has no rows")
-    columns = [_ParquetColumn(a) for a in schema.attributes]
+    columns = [ParquetColumn(a) for a in schema.attributes]
     parts: list[list[np.ndarray]] = [[] for _ in columns]
     wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
     rows = 0
@@ -142,7 +142,7 @@ def _check_columns(names: list[str], schema: DatasetSchema, unit_column: str | N
 def _encode_batch(
     pool: ThreadPoolExecutor,
     batch: Any,
-    columns: list[_ParquetColumn],
+    columns: list[ParquetColumn],
     parts: list[list[np.ndarray]],
     rows_before: int,
     unit_column: str | None,
@@ -218,7 +218,7 @@ def _unit_ids(column: Any) -> tuple[Any, Any]:
     return ids, absent
 
 
-class _ParquetColumn:
+class ParquetColumn:
     """How one Parquet column (an Arrow array of any type) becomes an attribute's codes;
     -1 marks a value outside the schema."""
 
@@ -270,7 +270,7 @@ class _ParquetColumn:
             filled = pc.fill_null(array, 0) if array.null_count else array
             values = pc.cast(filled, pa.int64()).to_numpy(zero_copy_only=False).copy()
             return self.encoder.integer_codes(values)
-        numbers = pc.cast(array, pa.float64()).to_numpy(zero_copy_only=False).copy()
+        numbers = _floats(array)
         if kind == "numeric":
             return self.encoder.bin_numbers(numbers)
         return self._integers(numbers)
@@ -341,6 +341,16 @@ def _nulls(array: Any) -> np.ndarray | None:
         return None
     mask: np.ndarray = is_null.to_numpy(zero_copy_only=False)
     return mask
+
+
+def _floats(array: Any) -> np.ndarray:
+    """A number column as float64 (read-only, NaN where null; the caller codes the nulls):
+    nulls filled in Arrow first, so numpy views the values without a conversion pass."""
+    numbers = pc.cast(array, pa.float64())
+    if numbers.null_count:
+        numbers = pc.fill_null(numbers, np.nan)
+    values: np.ndarray = numbers.to_numpy(zero_copy_only=False)
+    return values
 
 
 def _texts_to_floats(text: Any) -> np.ndarray:

@@ -9,12 +9,14 @@ then added in the caller's one transaction.
 A tenant sees a dataset only through a grant in force; every other id is NotFound,
 exactly like a missing one.
 
-Retiring a dataset: `purge_records` destroys its raw records (the packed columns)
-while the model keeps answering every free query; `delete_dataset` removes records,
-measurements and models and leaves a tombstone row, so the ledger's lines keep
-pointing somewhere. Neither runs while a job of the dataset is queued or running.
-Deleted rows leave their bytes in the database's files: whoever commits either calls
-`app.services.scrub.scrub_storage` once the transaction has committed.
+Retiring a dataset: `purge_records` destroys its raw records (the packed columns; for
+a source registered by reference, its location, fingerprint and unit-cap key: the
+source itself is the curator's) while the model keeps answering every free query;
+`delete_dataset` removes records, measurements and models and leaves a tombstone row,
+so the ledger's lines keep pointing somewhere. Neither runs while a job of the dataset
+is queued or running. Deleted rows leave their bytes in the database's files: whoever
+commits either calls `app.services.scrub.scrub_storage` once the transaction has
+committed.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from app.db import (
     ModelVersion,
     utcnow,
 )
-from app.errors import InvalidRequest, JobsPending, NotFound, PrivqError, RecordsPurged
+from app.errors import (
+    DatasetNotReady,
+    InvalidRequest,
+    JobsPending,
+    NotFound,
+    PrivqError,
+    RecordsPurged,
+)
 from app.ingest import (
     IngestError,
     PrivacyUnit,
@@ -105,15 +114,29 @@ def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
     return schema
 
 
-def parse_privacy_unit_field(text: str | None, schema: DatasetSchema) -> PrivacyUnit | None:
-    """The upload's `privacy_unit` field (JSON text), checked against the schema; 422
-    `bad_privacy_unit` naming what is wrong. None without the field (a unit is a row)."""
+def parse_privacy_unit_field(text: object | None, schema: DatasetSchema) -> PrivacyUnit | None:
+    """The upload's `privacy_unit` field (JSON text, or the object of a registration's
+    JSON body), checked against the schema; 422 `bad_privacy_unit` naming what is wrong.
+    None without the field (a unit is a row)."""
     if text is None:
         return None
     try:
         return parse_privacy_unit(text, schema)
     except IngestError as error:
         raise _upload_error(error) from None
+
+
+def checked_name(name: str) -> str:
+    """The dataset's name stripped; 422 if empty, too long or with control characters."""
+    name = name.strip()
+    if not name or len(name) > MAX_DATASET_NAME_LENGTH:
+        raise InvalidRequest(f"dataset name must be 1 to {MAX_DATASET_NAME_LENGTH} characters")
+    found = control_character(name)
+    if found is not None:
+        raise InvalidRequest(
+            f"dataset name must not contain control characters (found {describe_character(found)})"
+        )
+    return name
 
 
 def create_dataset(
@@ -130,14 +153,7 @@ def create_dataset(
     """Encode the CSV or Parquet `stream` under `schema` (with `unit`: at most
     `unit.max_rows` random rows per unit, the ids never kept); add the dataset and its
     columns; never commits."""
-    name = name.strip()
-    if not name or len(name) > MAX_DATASET_NAME_LENGTH:
-        raise InvalidRequest(f"dataset name must be 1 to {MAX_DATASET_NAME_LENGTH} characters")
-    found = control_character(name)
-    if found is not None:
-        raise InvalidRequest(
-            f"dataset name must not contain control characters (found {describe_character(found)})"
-        )
+    name = checked_name(name)
     try:
         table = encode_upload(
             stream, schema, max_bytes=max_bytes, unit=unit, content_type=content_type
@@ -207,9 +223,18 @@ def list_datasets(
 
 
 def require_records(dataset: Dataset) -> None:
-    """RecordsPurged (409) if the dataset's raw records were destroyed: nothing to measure."""
+    """RecordsPurged (409) if the dataset's raw records were destroyed (or its source's
+    reference forgotten), DatasetNotReady (409) while its source's registration has not
+    succeeded: nothing to measure either way."""
     if dataset.records_purged_at is not None:
         raise RecordsPurged()
+    if dataset.status != "ready":
+        raise DatasetNotReady(
+            "the dataset's registration is still running: wait for its job"
+            if dataset.status == "registering"
+            else "the dataset's registration was rejected: nothing can be measured on it",
+            dataset_status=dataset.status,
+        )
 
 
 def _refuse_unfinished_jobs(session: Session, dataset_id: str, doing: str) -> None:
@@ -245,11 +270,16 @@ def _refuse_charges_in_flight(session: Session, dataset_id: str, doing: str) -> 
     _refuse_unfinished_jobs(session, dataset_id, doing)
 
 
-def _destroy_columns(session: Session, dataset_id: str) -> None:
+def _destroy_columns(session: Session, dataset: Dataset) -> None:
     # On SQLite every connection zeroes what it deletes (`secure_delete`, app.db); what
     # the WAL, PostgreSQL's dead tuples and free space still hold, the scrub after the
     # commit overwrites (`app.services.scrub`).
-    session.execute(delete(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id))
+    session.execute(delete(DatasetColumn).where(DatasetColumn.dataset_id == dataset.id))
+    # A source registered by reference: forget where it is and its unit cap's key, so no
+    # access can reach it again. The source itself is the curator's and is not touched.
+    dataset.source_uri = None
+    dataset.source_fingerprint = None
+    dataset.source_secret = None
 
 
 def purge_records(session: Session, dataset_id: str) -> Dataset:
@@ -264,7 +294,7 @@ def purge_records(session: Session, dataset_id: str) -> Dataset:
         return dataset
     _refuse_unfinished_jobs(session, dataset_id, "purging its records")
     _refuse_charges_in_flight(session, dataset_id, "purging its records")
-    _destroy_columns(session, dataset_id)
+    _destroy_columns(session, dataset)
     dataset.records_purged_at = utcnow()
     session.flush()
     return dataset
@@ -282,7 +312,7 @@ def delete_dataset(session: Session, dataset_id: str) -> Dataset:
     _refuse_unfinished_jobs(session, dataset_id, "deleting it")
     _refuse_charges_in_flight(session, dataset_id, "deleting it")
     now = utcnow()
-    _destroy_columns(session, dataset_id)
+    _destroy_columns(session, dataset)
     for table in (MeasurementRecord, ModelVersion, FitLock):
         session.execute(delete(table).where(table.dataset_id == dataset_id))
     session.execute(

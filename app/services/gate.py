@@ -6,17 +6,24 @@ it opens the gate, which in one short transaction
 
 1. checks that this worker still holds the job's lease (`jobs.require_lease`),
 2. stops the job if its cancellation was asked for (`jobs.stop_if_cancelled`),
-3. appends a `RecordAccess` row with the access's exact cost,
+3. checks that the records may be read: not purged or deleted (`RecordsPurged`), the
+   dataset `ready` (`DatasetNotReady`), and a registered source's files what they were
+   at registration (`SourceChanged`; listed just before the transaction),
+4. appends a `RecordAccess` row with the access's exact cost,
 
-and commits; only then does it hand out the reader. Cancellation and the lease are
-checked there and nowhere between the gate and storing what it produced: once a
-record is written the access counts as used — refunds return only what no access
-row records (`app.services.refunds`), and a retried job replays what was stored and
-takes an access whose output was lost as spent, never redone.
+and commits; only then does it hand out the reader. Cancellation, the lease and the
+records' state are checked there and nowhere between the gate and storing what it
+produced: once a record is written the access counts as used — refunds return only
+what no access row records (`app.services.refunds`), and a retried job replays what
+was stored and takes an access whose output was lost as spent, never redone.
 
-The reader (`RecordGate.marginal`, `RecordGate.columns`) works only while the gate is
-open; outside it raises `UngatedAccess`. This module is the only importer of the
-record reader (`app.services.columns`), which an import-linter contract enforces,
+The reader (`RecordGate.marginals`, `RecordGate.marginal`) works only while the gate
+is open; outside it raises `UngatedAccess`. It counts once per access: every marginal
+the access needs (and those a mechanism names for its later rounds) in one scan —
+one bincount of each maximal set over the stored columns (`app.services.columns`), or
+one engine scan of a registered source (`app.records`) — and sums smaller marginals
+from the counts it keeps (`app.services.record_reader`). This module is the only
+importer of the columns and the engines, which an import-linter contract enforces,
 so no new path can read records without passing here.
 
 No database transaction is held while the records are read or noise is drawn: the
@@ -27,8 +34,10 @@ others wait on.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -37,14 +46,21 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Dataset, Job, MeasurementRecord, RecordAccess
-from app.errors import InvariantViolated, PrivqError
+from app.errors import (
+    DatasetNotReady,
+    InvariantViolated,
+    PrivqError,
+    RecordsPurged,
+    SourceChanged,
+)
 from app.pgm.domain import Domain
 from app.records.engine import CountingEngine, UnitCap, Validation
-from app.schema import DatasetSchema
+from app.schema import DatasetSchema, parse_schema
 from app.services import jobs
 from app.services.columns import ColumnCache, true_marginal
+from app.services.record_reader import CountedMarginals, Marginal, marginals_of
 from app.services.refunds import units_up
-from app.sources import Source, SourceFile
+from app.sources import Source, SourceFile, SourceUnreadable, files_of, list_files
 
 # The worker's cache of decoded columns; only the gate reads through it.
 RecordCache = ColumnCache
@@ -83,11 +99,31 @@ def lost_accesses(session: Session, job_id: str) -> list[RecordAccess]:
     return [a for a in _accesses(session, job_id) if a.id not in produced]
 
 
+@dataclass(frozen=True)
+class Listing:
+    """A registered source's files as listed before an access (None: it could not be listed)."""
+
+    uri: str
+    files: tuple[SourceFile, ...] | None
+
+
+@dataclass(frozen=True)
+class RegisteredRecords:
+    """What an engine needs to count a registered source: the files fingerprinted at
+    registration (and found unchanged at the gate), the schema and the unit's cap."""
+
+    source: Source
+    schema: DatasetSchema
+    unit: UnitCap | None
+
+
 class RecordGate:
     """One job's gate to its dataset's records (one per attempt, on the worker).
 
-    `runner` is the `jobs.JobRunner` running the job: its database, worker id,
-    `check_lease` and `columns` (its `RecordCache`).
+    `runner` is the `jobs.JobRunner` running the job: its database, settings, worker id,
+    `check_lease` and `columns` (its `RecordCache`). The counts the job's reads made are
+    kept here for its later rounds (at most `settings.max_model_cells` cells), readable
+    only while an access is open.
     """
 
     def __init__(self, runner: jobs.JobRunner, job: Job, domain: Domain) -> None:
@@ -96,7 +132,9 @@ class RecordGate:
         self.dataset_id = job.dataset_id
         self.domain = domain
         self._cache: jobs.RecordSource = runner.columns
-        self._columns: dict[str, np.ndarray] = {}
+        self._counts = CountedMarginals(domain, max_cells=runner.settings.max_model_cells)
+        # None for a stored dataset; set by `open` (checked there) for a registered one.
+        self._registered: RegisteredRecords | None = None
         self._open: RecordAccess | None = None
 
     @property
@@ -116,9 +154,12 @@ class RecordGate:
         """Record the access as used (committed), then let the body read the records.
 
         JobCancelled or LeaseLost here, before anything is recorded or read, and never
-        later: the body runs to the end and stores what it produced. `precheck` runs in
-        the same transaction before the access is recorded: a check that needs no
-        records, whose refusal leaves the access unrecorded (and so refunded).
+        later: the body runs to the end and stores what it produced. So are the records'
+        own refusals: RecordsPurged (purged or deleted), DatasetNotReady (a registration
+        not finished or rejected), SourceChanged (a registered source's files differ from
+        their fingerprint, or are gone). `precheck` runs in the same transaction before
+        the access is recorded: a check that needs no records, whose refusal leaves the
+        access unrecorded (and so refunded).
         """
         if purpose not in PURPOSES:
             raise ValueError(f"unknown access purpose {purpose!r}")
@@ -127,11 +168,15 @@ class RecordGate:
         if self._open is not None:
             raise InvariantViolated("an access to the records is already open")
         self.runner.check_lease()
+        # Listing a lake's files can be slow (an object store): done before the
+        # transaction, compared with the fingerprint inside it.
+        listing = self._list_source()
         database = self.runner.database
         with database.unit_of_work() as session:
             jobs.get(session, self.job_id, for_update=True)  # serialise with claims and cancels
             jobs.require_lease(session, job_id=self.job_id, owner=self.runner.worker_id)
             jobs.stop_if_cancelled(session, self.job_id)
+            registered = records_at_gate(session, self.dataset_id, listing)
             if precheck is not None:
                 precheck(session)
             sequence = session.scalar(
@@ -151,34 +196,78 @@ class RecordGate:
             session.add(access)
             session.flush()
             session.expunge(access)
+        self._registered = registered
         self._open = access
         try:
             yield self
         finally:
             self._open = None
 
+    def _list_source(self) -> Listing | None:
+        """The registered source's files now (None for a stored dataset)."""
+        with self.runner.database.read_only() as session:
+            uri = session.scalar(select(Dataset.source_uri).where(Dataset.id == self.dataset_id))
+        if uri is None:
+            return None
+        try:
+            return Listing(uri, list_files(uri))
+        except SourceUnreadable:
+            return Listing(uri, None)
+
     def _require_open(self) -> RecordAccess:
         if self._open is None:
             raise UngatedAccess()
         return self._open
 
-    def columns(self, attributes: Iterable[str]) -> dict[str, np.ndarray]:
-        """The named attributes' codes (loaded once per job), inside the gate only."""
+    def marginals(self, requests: Iterable[Sequence[str]]) -> dict[Marginal, np.ndarray]:
+        """Exact counts (flat int64, row-major in each marginal's order) of every requested
+        marginal, inside the gate only: one scan for those no earlier read counted."""
         self._require_open()
-        wanted = list(dict.fromkeys(attributes))
-        missing = [a for a in wanted if a not in self._columns]
-        if missing:
-            with self.runner.database.read_only() as session:
-                self._columns.update(self._cache.get(session, self.dataset_id, missing))
-        return {a: self._columns[a] for a in wanted}
+        wanted = marginals_of(requests)
+        self._count(wanted, ())
+        return {m: self._counts.get(m) for m in wanted}
 
-    def marginal(self, attrs: Sequence[str], *, preload: Iterable[str] = ()) -> np.ndarray:
-        """Exact counts over `attrs`, inside the gate only; `preload` names attributes to
-        load in the same read (a mechanism's whole workload on its first access)."""
+    def marginal(
+        self, attrs: Sequence[str], *, preload: Sequence[Sequence[str]] = ()
+    ) -> np.ndarray:
+        """Exact counts over `attrs`, inside the gate only. `preload` names the marginals
+        the job will ask for later (a mechanism's workload: its candidates are their
+        subsets); the first read counts them with `attrs` in one scan, and later reads
+        covered by them are summed from those counts without reading the records."""
         self._require_open()
-        if any(a not in self._columns for a in attrs):
-            self.columns([*preload, *attrs])
-        return true_marginal(self._columns, self.domain, tuple(attrs))
+        (wanted,) = marginals_of([attrs])
+        self._count([wanted], marginals_of(preload))
+        return self._counts.get(wanted)
+
+    def _count(self, needed: Sequence[Marginal], preload: Sequence[Marginal]) -> None:
+        plan = self._counts.plan(needed, preload)
+        if plan:
+            self._counts.add(self._scan(plan))
+
+    def _scan(self, plan: Sequence[Marginal]) -> dict[Marginal, np.ndarray]:
+        """One read of the records counting every marginal of `plan` (maximal sets)."""
+        registered = self._registered
+        if registered is None:
+            attributes = list(dict.fromkeys(a for m in plan for a in m))
+            with self.runner.database.read_only() as session:
+                columns = self._cache.get(session, self.dataset_id, attributes)
+            return {m: true_marginal(columns, self.domain, m) for m in plan}
+        engine = counting_engine(self.runner.settings)
+        try:
+            counted = engine.count(registered.source, registered.schema, plan, registered.unit)
+            changed = list_files(registered.source.uri) != registered.source.files
+        except (SourceUnreadable, FileNotFoundError):
+            changed = True
+        if changed:
+            # Seen after the access was recorded: it stays charged, and nothing is released.
+            raise SourceChanged(
+                "the dataset's source changed while it was being counted; the access is "
+                "spent, and the dataset is frozen (new data is a new dataset)"
+            )
+        for m in plan:
+            if m not in counted or counted[m].size != self.domain.cells(m):
+                raise InvariantViolated(f"the {engine.name} engine did not count {list(m)}")
+        return {m: counted[m] for m in plan}
 
     @contextmanager
     def store_fence(self) -> Iterator[Session]:
@@ -195,12 +284,31 @@ class RecordGate:
 # -- registered sources ------------------------------------------------------------------
 
 
+def records_at_gate(
+    session: Session, dataset_id: str, listing: Listing | None
+) -> RegisteredRecords | None:
+    """Whether the dataset's records may be read now (inside the gate's transaction, before
+    the access is recorded): RecordsPurged, DatasetNotReady or SourceChanged if not. Returns
+    what an engine needs for a registered source, None for stored records."""
+    dataset = session.get(Dataset, dataset_id)
+    if dataset is None or dataset.deleted_at is not None or dataset.records_purged_at is not None:
+        raise RecordsPurged()
+    if dataset.status != "ready":
+        raise DatasetNotReady()
+    if dataset.source_uri is None:
+        return None
+    source = source_of(dataset)
+    if listing is None or listing.uri != source.uri or listing.files != source.files:
+        # The fingerprint is the dataset: a file added, removed, rewritten or gone.
+        raise SourceChanged()
+    return RegisteredRecords(source, parse_schema(dataset.schema_json), unit_cap_of(dataset))
+
+
 def source_of(dataset: Dataset) -> Source:
     """The registered source of a dataset, with the files fingerprinted at registration."""
     if dataset.source_uri is None or dataset.source_fingerprint is None:
         raise InvariantViolated("the dataset has no registered source")
-    files = tuple(SourceFile(**f) for f in dataset.source_fingerprint["files"])
-    return Source(uri=dataset.source_uri, files=files)
+    return Source(uri=dataset.source_uri, files=files_of(dataset.source_fingerprint))
 
 
 def unit_cap_of(dataset: Dataset) -> UnitCap | None:
@@ -210,6 +318,22 @@ def unit_cap_of(dataset: Dataset) -> UnitCap | None:
     if dataset.source_secret is None:
         raise InvariantViolated("a registered source with a privacy unit has no secret")
     return UnitCap(dataset.unit_column, dataset.unit_max_rows, dataset.source_secret)
+
+
+# One engine per worker process and configuration: a Spark session is costly to start, and
+# the process's job slots share it.
+_ENGINES: dict[tuple[str, str | None], CountingEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def counting_engine(settings: Settings) -> CountingEngine:
+    """The process's engine for the operator's choice, built on first use."""
+    key = (settings.record_engine, settings.spark_remote)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = record_engine(settings)
+    return engine
 
 
 def record_engine(settings: Settings) -> CountingEngine:

@@ -17,6 +17,11 @@ rounds a mechanism stopped part-way never began; what passed the gate stays char
 `JobRunner` is what a job handler (a plain measurement, or a mechanism in
 `app.services.mechanisms`) needs from whoever runs it; `app.worker.Worker` is one.
 Services see the worker only through it, so they never import the worker.
+
+A registration job (`REGISTRATION_KIND`, `app.services.sources`) belongs to a dataset
+that is `registering`: whichever way it ends without succeeding — refused, failed on
+an internal error, abandoned, cancelled — the dataset becomes `rejected` with the
+reason in the same transaction (`_end_registration`), so none stays registering.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.db import Database, Job, MeasurementRecord, utcnow
+from app.db import Database, Dataset, Job, MeasurementRecord, utcnow
 from app.errors import JobFinished, NotFound
 from app.pgm.domain import Domain
 from app.services import refunds
@@ -38,6 +43,8 @@ from app.services.pages import Page, page
 
 MAX_ATTEMPTS = 3
 ERROR_MESSAGE_LENGTH = 500
+# The job that scans a source registered by reference (`app.services.sources`).
+REGISTRATION_KIND = "register"
 
 
 def create(
@@ -237,6 +244,7 @@ def finish_cancelled(session: Session, job: Job, *, reason: str = "cancelled on 
     job.finished_at = utcnow()
     job.progress = {**(job.progress or {}), "stage": "cancelled"}
     refunded = refunds.refund_unused(session, job, reason="job cancelled")
+    _end_registration(session, job, f"the registration was cancelled ({reason})")
     session.flush()
     return refunded
 
@@ -282,8 +290,14 @@ class JobRunner(Protocol):
 
 
 def succeed(
-    session: Session, job: Job, *, model_version: int, progress: dict[str, Any] | None = None
+    session: Session,
+    job: Job,
+    *,
+    model_version: int | None,
+    progress: dict[str, Any] | None = None,
 ) -> None:
+    """End the job as succeeded (`model_version` None: a job that fits no model, such as a
+    registration)."""
     job.status = "succeeded"
     job.model_version = model_version
     job.progress = {**(job.progress or {}), **(progress or {}), "stage": "done"}
@@ -304,18 +318,42 @@ def noise_drawn(session: Session, job_id: str) -> bool:
     return bool(count)
 
 
-def fail(session: Session, job: Job, message: str, *, reason: str = "job failed") -> int:
+def fail(
+    session: Session,
+    job: Job,
+    message: str,
+    *,
+    code: str = "internal_error",
+    reason: str = "job failed",
+) -> int:
     """Fail the job for good and refund the ρ it has not used on data
-    (`refunds.refund_unused`: all of it if no noise was drawn). Returns units refunded."""
+    (`refunds.refund_unused`: all of it if no noise was drawn). Returns units refunded.
+
+    `code` is the error's code (`PrivqError.code`: "source_changed", "records_purged",
+    ...), kept in the job's progress as `error_code` beside the message in `error`."""
     job.status = "failed"
     job.error = message[:ERROR_MESSAGE_LENGTH]
     job.lease_owner = None
     job.lease_expires_at = None
     job.finished_at = utcnow()
-    job.progress = {**(job.progress or {}), "stage": "failed"}
+    job.progress = {**(job.progress or {}), "stage": "failed", "error_code": code}
     refunded = refunds.refund_unused(session, job, reason=reason)
+    _end_registration(session, job, message)
     session.flush()
     return refunded
+
+
+def _end_registration(session: Session, job: Job, reason: str) -> None:
+    """A registration job ended without succeeding: its dataset, if still registering,
+    becomes rejected with `reason` (the curator's eyes only: it may quote values)."""
+    if job.kind != REGISTRATION_KIND:
+        return
+    dataset = session.scalars(
+        select(Dataset).where(Dataset.id == job.dataset_id).with_for_update()
+    ).one_or_none()
+    if dataset is not None and dataset.status == "registering":
+        dataset.status = "rejected"
+        dataset.source_error = reason
 
 
 UNFINISHED = ("queued", "running")
@@ -357,6 +395,7 @@ def cancel(session: Session, job: Job, *, reason: str = "cancelled on request") 
     job.progress = {**(job.progress or {}), "stage": "cancelled"}
     # It never ran, so nothing of it was used: the whole charge comes back.
     refunded = refunds.refund_unused(session, job, reason=f"job cancelled ({reason})")
+    _end_registration(session, job, f"the registration was cancelled ({reason})")
     session.flush()
     return refunded
 

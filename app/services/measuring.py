@@ -173,12 +173,9 @@ def _draw_and_store(
             session, job, domain, marginals, max_model_cells=runner.settings.max_model_cells
         ),
     ):
-        # One read of just the attributes counted over, shared by every marginal of the job.
-        preload = [a for attrs in marginals for a in attrs]
-        noisy = [
-            draw(params["noise"], records.marginal(attrs, preload=preload), params["scale"])
-            for attrs in marginals
-        ]
+        # One scan counts every marginal of the job (the largest; the others summed).
+        counts = records.marginals(marginals)
+        noisy = [draw(params["noise"], counts[attrs], params["scale"]) for attrs in marginals]
         with records.store_fence() as session:
             for position, (attrs, values) in enumerate(zip(marginals, noisy, strict=True)):
                 store(

@@ -254,11 +254,12 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     params = job.params
     domain = worker.domain_of(job.dataset_id)
     records = gate.RecordGate(worker, job, domain)
-    workload_attributes = [a for marginal in params["workload"] for a in marginal]
+    workload = [tuple(marginal) for marginal in params["workload"]]
 
     def true_marginal(attrs: tuple[str, ...]) -> Any:
-        # every attribute of the workload in one read, on first use; only inside the gate
-        return records.marginal(attrs, preload=workload_attributes)
+        # The first read counts the whole workload in one scan (every candidate is a subset
+        # of a workload marginal); later rounds sum from those counts. Inside the gate only.
+        return records.marginal(attrs, preload=workload)
 
     def open_gate(access: RoundAccess) -> AbstractContextManager[object]:
         return records.open(purpose="round", exact_rho=access.exact_cost, round_index=access.index)

@@ -15,7 +15,9 @@ Running a measurement job:
 3. succeed with that version.
 
 A mechanism job runs `mechanisms.run_job`; a refit job (the dataset's estimator
-changed: no noise, no charge) runs `refits.run_job`, a new fit of the same measurements.
+changed: no noise, no charge) runs `refits.run_job`, a new fit of the same measurements;
+a registration job (a source registered by reference: no noise, no charge, no model)
+runs `sources.run_job`, the scan that makes the dataset ready or rejected.
 
 A failure that is the job's own (a refusal: bad parameters, a model too large) fails
 it for good with that refusal's message; any other exception is a bug, logged with
@@ -49,7 +51,7 @@ from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, measuring, mechanisms, quarantine, refits
+from app.services import fits, jobs, measuring, mechanisms, quarantine, refits, sources
 from app.services import measurements as measurement_service
 from app.services.gate import RecordCache
 from app.services.jobs import LeaseLost
@@ -67,6 +69,8 @@ def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
         return mechanisms.run_job
     if kind == refits.JOB_KIND:  # a new fit after the dataset's estimator changed
         return refits.run_job
+    if kind == sources.JOB_KIND:  # the scan of a source registered by reference
+        return sources.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
 
@@ -350,11 +354,11 @@ class Worker:
             jobs.succeed(
                 session,
                 row,
-                model_version=result["model_version"],
+                model_version=result.get("model_version"),
                 progress={**self._last_progress, **result},
             )
         logger.info(
-            "job succeeded", extra={"job_id": job.id, "model_version": result["model_version"]}
+            "job succeeded", extra={"job_id": job.id, "model_version": result.get("model_version")}
         )
         self._observe_end(job, "succeeded")
 
@@ -369,7 +373,10 @@ class Worker:
         """
         if _is_the_jobs_own(error):
             logger.warning("job refused", extra={"job_id": job.id, "error": type(error).__name__})
-            self._fail(job, error.message if isinstance(error, PrivqError) else str(error))
+            if isinstance(error, PrivqError):
+                self._fail(job, error.message, code=error.code)
+            else:
+                self._fail(job, str(error), code="model_too_large")
             return
         stage = str(self._last_progress.get("stage", "starting"))
         logger.exception(
@@ -389,12 +396,12 @@ class Worker:
         logger.info("job cancelled", extra={"job_id": job.id, "refunded_units": refunded})
         self._observe_end(job, "cancelled")
 
-    def _fail(self, job: Job, message: str) -> None:
+    def _fail(self, job: Job, message: str, *, code: str = "internal_error") -> None:
         with self.database.unit_of_work() as session:
             row = session.get(Job, job.id)
             if row is None or row.lease_owner != self.worker_id or row.status != "running":
                 return
-            refunded = jobs.fail(session, row, message)
+            refunded = jobs.fail(session, row, message, code=code)
         logger.warning("job failed", extra={"job_id": job.id, "refunded_units": refunded})
         self._observe_end(job, "failed")
 

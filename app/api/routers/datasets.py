@@ -1,4 +1,5 @@
-"""Datasets: upload (admin), list and read (admin: all, with row counts; tenant: granted
+"""Datasets: upload or register by reference (admin; the JSON body's route is in
+`registrations.py`), list and read (admin: all, with row counts; tenant: granted
 ones), and the admin's settings (PATCH: the estimator, which queues a refit)."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import AdminAuth, DatabaseDep, PrincipalDep, SettingsDep
+from app.api.media_routes import NotJsonBodyRoute
 from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
+from app.api.routers.registrations import REGISTRATION_OPENAPI
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
 from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, Name, ResourceId, SafeText
 from app.errors import InvalidRequest, JobsPending, NotFound
@@ -37,18 +40,6 @@ SCHEMA_EXAMPLE = json.dumps(
 )
 
 
-@router.post(
-    "",
-    status_code=status.HTTP_201_CREATED,
-    response_model=DatasetOut,
-    response_model_exclude_none=True,
-    responses=error_responses(
-        {
-            413: "The file exceeds PRIVQ_MAX_UPLOAD_BYTES.",
-            422: "Bad schema, or a CSV value outside it.",
-        }
-    ),
-)
 @write_endpoint
 def upload_dataset(
     file: Annotated[
@@ -94,7 +85,12 @@ def upload_dataset(
 ) -> DatasetOut:
     """Upload a CSV or Parquet file: validated against the schema row by row, encoded and
     stored; nothing is stored if any value is outside the schema (the error names the
-    column and lines or rows)."""
+    column and lines or rows).
+
+    With a JSON body instead (`{"name", "schema", "source": {"format": "parquet",
+    "uri"}, "privacy_unit"?, "rho_total"?}`) the dataset is registered by reference: 202
+    `{"id", "name", "status": "registering", "job_id"}`; privq copies no row, and the job
+    scans the source against the schema (docs: sources)."""
     # The JSON text itself, so the parser also catches duplicate keys.
     dataset_schema = dataset_service.parse_dataset_schema(_schema_text(schema_text))
     unit = dataset_service.parse_privacy_unit_field(privacy_unit, dataset_schema)
@@ -114,6 +110,28 @@ def upload_dataset(
         content_type=file.content_type,
     )
     return DatasetOut.of(dataset, for_admin=True)
+
+
+# Added by hand for its route class: a JSON body on the same path and method is a
+# registration by reference (`registrations.py`), documented here as a second body.
+router.add_api_route(
+    "",
+    upload_dataset,
+    methods=["POST"],
+    route_class_override=NotJsonBodyRoute,
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetOut,
+    response_model_exclude_none=True,
+    summary="Upload a dataset (multipart), or register a Parquet source by reference (JSON)",
+    responses=error_responses(
+        {
+            413: "The file exceeds PRIVQ_MAX_UPLOAD_BYTES.",
+            422: "Bad schema, or a CSV value outside it; a registration's source outside "
+            "PRIVQ_SOURCE_ROOTS (`source_not_allowed`) or missing (`source_not_found`).",
+        }
+    ),
+    openapi_extra=REGISTRATION_OPENAPI,
+)
 
 
 def _schema_text(schema: str | UploadFile) -> str | bytes:

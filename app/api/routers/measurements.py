@@ -111,6 +111,11 @@ class JobOut(BaseModel):
     status: str
     progress: dict[str, Any] | None
     error: str | None
+    error_code: str | None = Field(
+        default=None,
+        description="Why a failed job failed, as an error code (`source_changed`, "
+        "`records_purged`, `internal_error`, ...); null unless failed.",
+    )
     model_version: int | None
     attempts: int
     created_at: datetime
@@ -130,6 +135,7 @@ class JobOut(BaseModel):
             status=job.status,
             progress=job.progress,
             error=job.error,
+            error_code=(job.progress or {}).get("error_code") if job.status == "failed" else None,
             model_version=job.model_version,
             attempts=job.attempts,
             created_at=job.created_at,
