@@ -7,8 +7,9 @@ it opens the gate, which in one short transaction
 1. checks that this worker still holds the job's lease (`jobs.require_lease`),
 2. stops the job if its cancellation was asked for (`jobs.stop_if_cancelled`),
 3. checks that the records may be read: not purged or deleted (`RecordsPurged`), the
-   dataset `ready` (`DatasetNotReady`), and a registered source's files what they were
-   at registration (`SourceChanged`; listed just before the transaction),
+   dataset `ready` (`DatasetNotReady`), and a registered source still within the
+   operator's roots (`SourceNotAllowed`) with its files what they were at registration
+   (`SourceChanged`; listed just before the transaction),
 4. appends a `RecordAccess` row with the access's exact cost,
 
 and commits; only then does it hand out the reader. Cancellation, the lease and the
@@ -52,6 +53,7 @@ from app.errors import (
     PrivqError,
     RecordsPurged,
     SourceChanged,
+    SourceNotAllowed,
 )
 from app.pgm.domain import Domain
 from app.records.engine import CountingEngine, UnitCap, Validation
@@ -60,7 +62,15 @@ from app.services import jobs
 from app.services.columns import ColumnCache, true_marginal
 from app.services.record_reader import CountedMarginals, Marginal, marginals_of
 from app.services.refunds import units_up
-from app.sources import Source, SourceFile, SourceUnreadable, files_of, list_files
+from app.sources import (
+    Source,
+    SourceFile,
+    SourceUnreadable,
+    changed,
+    check_uri,
+    files_of,
+    list_files,
+)
 
 # The worker's cache of decoded columns; only the gate reads through it.
 RecordCache = ColumnCache
@@ -101,10 +111,13 @@ def lost_accesses(session: Session, job_id: str) -> list[RecordAccess]:
 
 @dataclass(frozen=True)
 class Listing:
-    """A registered source's files as listed before an access (None: it could not be listed)."""
+    """A registered source's files as listed before an access: None if it could not be
+    listed, or if its location is no longer within the operator's roots (`not_allowed`
+    says why)."""
 
     uri: str
     files: tuple[SourceFile, ...] | None
+    not_allowed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,10 +169,11 @@ class RecordGate:
         JobCancelled or LeaseLost here, before anything is recorded or read, and never
         later: the body runs to the end and stores what it produced. So are the records'
         own refusals: RecordsPurged (purged or deleted), DatasetNotReady (a registration
-        not finished or rejected), SourceChanged (a registered source's files differ from
-        their fingerprint, or are gone). `precheck` runs in the same transaction before
-        the access is recorded: a check that needs no records, whose refusal leaves the
-        access unrecorded (and so refunded).
+        not finished or rejected), SourceNotAllowed (a registered source now outside the
+        roots), SourceChanged (its files differ from their fingerprint, or are gone).
+        `precheck` runs in the same transaction before the access is recorded: a check
+        that needs no records, whose refusal leaves the access unrecorded (and so
+        refunded).
         """
         if purpose not in PURPOSES:
             raise ValueError(f"unknown access purpose {purpose!r}")
@@ -209,10 +223,7 @@ class RecordGate:
             uri = session.scalar(select(Dataset.source_uri).where(Dataset.id == self.dataset_id))
         if uri is None:
             return None
-        try:
-            return Listing(uri, list_files(uri))
-        except SourceUnreadable:
-            return Listing(uri, None)
+        return listing_of(uri, self.runner.settings.source_root_list)
 
     def _require_open(self) -> RecordAccess:
         if self._open is None:
@@ -255,10 +266,12 @@ class RecordGate:
         engine = counting_engine(self.runner.settings)
         try:
             counted = engine.count(registered.source, registered.schema, plan, registered.unit)
-            changed = list_files(registered.source.uri) != registered.source.files
         except (SourceUnreadable, FileNotFoundError):
-            changed = True
-        if changed:
+            counted = None
+        # Listed again: a file written while it was read would make the counts of neither
+        # the registered source nor the new one.
+        after = listing_of(registered.source.uri, self.runner.settings.source_root_list)
+        if counted is None or after.files is None or changed(registered.source.files, after.files):
             # Seen after the access was recorded: it stays charged, and nothing is released.
             raise SourceChanged(
                 "the dataset's source changed while it was being counted; the access is "
@@ -288,8 +301,9 @@ def records_at_gate(
     session: Session, dataset_id: str, listing: Listing | None
 ) -> RegisteredRecords | None:
     """Whether the dataset's records may be read now (inside the gate's transaction, before
-    the access is recorded): RecordsPurged, DatasetNotReady or SourceChanged if not. Returns
-    what an engine needs for a registered source, None for stored records."""
+    the access is recorded): RecordsPurged, DatasetNotReady, SourceNotAllowed or
+    SourceChanged if not. Returns what an engine needs for a registered source, None for
+    stored records."""
     dataset = session.get(Dataset, dataset_id)
     if dataset is None or dataset.deleted_at is not None or dataset.records_purged_at is not None:
         raise RecordsPurged()
@@ -298,10 +312,29 @@ def records_at_gate(
     if dataset.source_uri is None:
         return None
     source = source_of(dataset)
-    if listing is None or listing.uri != source.uri or listing.files != source.files:
-        # The fingerprint is the dataset: a file added, removed, rewritten or gone.
+    if listing is not None and listing.not_allowed is not None:
+        raise SourceNotAllowed(listing.not_allowed)
+    # The fingerprint is the dataset: a file added, removed or rewritten, or the source gone.
+    if (
+        listing is None
+        or listing.uri != source.uri
+        or listing.files is None
+        or changed(source.files, listing.files)
+    ):
         raise SourceChanged()
     return RegisteredRecords(source, parse_schema(dataset.schema_json), unit_cap_of(dataset))
+
+
+def listing_of(uri: str, roots: Sequence[str]) -> Listing:
+    """The source's files now, its location checked against the roots again (the operator
+    may have narrowed them, or a link inside may now lead out of them)."""
+    try:
+        location = check_uri(uri, roots)
+        return Listing(uri, list_files(location.uri, roots=roots))
+    except SourceNotAllowed as refused:
+        return Listing(uri, None, not_allowed=refused.message)
+    except SourceUnreadable:
+        return Listing(uri, None)
 
 
 def source_of(dataset: Dataset) -> Source:
@@ -321,14 +354,15 @@ def unit_cap_of(dataset: Dataset) -> UnitCap | None:
 
 
 # One engine per worker process and configuration: a Spark session is costly to start, and
-# the process's job slots share it.
-_ENGINES: dict[tuple[str, str | None], CountingEngine] = {}
+# the process's job slots share it. Keyed by the factory too, so a stand-in engine put in
+# place of `record_engine` (tests) is used at once.
+_ENGINES: dict[tuple[object, str, str | None], CountingEngine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
 def counting_engine(settings: Settings) -> CountingEngine:
     """The process's engine for the operator's choice, built on first use."""
-    key = (settings.record_engine, settings.spark_remote)
+    key = (record_engine, settings.record_engine, settings.spark_remote)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:

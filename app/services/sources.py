@@ -158,7 +158,7 @@ def _scanned(
 
     try:
         _require_parquet(dataset.source_uri or "", files)
-        engine = gate.record_engine(worker.settings)
+        engine = gate.counting_engine(worker.settings)  # the process's one engine
         validation = gate.validate_source(engine, dataset, schema, files)
     except IngestError as error:
         raise RegistrationRejected(error.message, **(error.details or {})) from None

@@ -124,8 +124,10 @@ def measure(client: TestClient, api: ApiHelper, dataset_id: str) -> tuple[str, d
     return str(response.json()["job_id"]), tenant["headers"]
 
 
-def run(database: Database, settings: Settings) -> None:
-    Worker(database, settings, poll_seconds=0.01).run_until_idle()
+def run(database: Database, settings: Settings, root: Path) -> None:
+    """Run the queued jobs with `root` the operator's one allowed root."""
+    allowed = settings.model_copy(update={"source_roots": root.as_uri() + "/"})
+    Worker(database, allowed, poll_seconds=0.01).run_until_idle()
 
 
 def accesses(database: Database, job_id: str) -> list[RecordAccess]:
@@ -155,7 +157,7 @@ def test_a_registered_source_is_counted_through_the_engine_in_one_scan(
     dataset_id = register(database, tmp_path / "lake")
     job_id, _ = measure(client, api, dataset_id)
     monkeypatch.setattr(measuring, "draw", lambda kind, counts, scale: counts)
-    run(database, settings)
+    run(database, settings, tmp_path)
     job = job_row(database, job_id)
     assert job.status == "succeeded", job.error
     # one scan, of the maximal sets only
@@ -209,7 +211,7 @@ def test_a_changed_source_fails_the_job_before_the_access_is_recorded(
         for path in folder.iterdir():
             path.unlink()
         folder.rmdir()
-    run(database, settings)
+    run(database, settings, tmp_path)
     job = job_row(database, job_id)
     assert job.status == "failed"
     assert (job.progress or {}).get("error_code") == "source_changed"
@@ -236,7 +238,7 @@ def test_a_change_seen_mid_scan_leaves_the_access_charged_and_fails_the_job(
     job_id, headers = measure(client, api, dataset_id)
     # the curator appends a file while the scan runs
     engine.during = lambda: write_source(folder / "late", codes(5), parts=1)
-    run(database, settings)
+    run(database, settings, tmp_path)
     job = job_row(database, job_id)
     assert job.status == "failed"
     assert (job.progress or {}).get("error_code") == "source_changed"
@@ -279,7 +281,7 @@ def test_a_dataset_not_ready_or_forgotten_is_refused_before_the_access_is_record
     )
     with database.unit_of_work() as session:
         session.execute(update(Dataset).where(Dataset.id == dataset_id).values(**values))
-    run(database, settings)
+    run(database, settings, tmp_path)
     job = job_row(database, job_id)
     assert job.status == "failed"
     assert (job.progress or {}).get("error_code") == code
@@ -321,7 +323,7 @@ def test_a_mechanism_scans_a_source_once_and_a_change_between_rounds_stops_it_at
         return store(session, **kwargs)
 
     monkeypatch.setattr(measurement_service, "store", store_then_change)
-    run(database, settings)
+    run(database, settings, tmp_path)
     job = job_row(database, job_id)
     assert job.status == "failed"
     assert (job.progress or {}).get("error_code") == "source_changed"
@@ -331,3 +333,24 @@ def test_a_mechanism_scans_a_source_once_and_a_change_between_rounds_stops_it_at
     assert len(done) == len(stored) == 2  # the third round was refused before recording
     charged = sum(Fraction(a.exact_rho) for a in done)
     assert net_units(database, job_id) == units_up(charged)  # the rest refunded
+
+
+def test_a_source_outside_the_roots_now_is_refused_before_the_access_is_recorded(
+    client: TestClient,
+    api: ApiHelper,
+    database: Database,
+    settings: Settings,
+    engine: FakeEngine,
+    tmp_path: Path,
+) -> None:
+    engine.table = codes(9)
+    write_source(tmp_path / "lake", engine.table)
+    dataset_id = register(database, tmp_path / "lake")
+    job_id, _ = measure(client, api, dataset_id)
+    (tmp_path / "elsewhere").mkdir()
+    run(database, settings, tmp_path / "elsewhere")  # the operator narrowed the roots
+    job = job_row(database, job_id)
+    assert job.status == "failed"
+    assert (job.progress or {}).get("error_code") == "source_not_allowed"
+    assert engine.scans == [] and accesses(database, job_id) == []
+    assert net_units(database, job_id) == 0
