@@ -11,11 +11,11 @@ summed from them here. Plain Spark SQL only: no Python runs on the cluster.
 pyspark is an optional dependency (the `spark` extra), imported only when the engine is
 built: the service runs without it unless PRIVQ_RECORD_ENGINE=spark.
 
-Errors: a source that cannot be read as the schema asks (not Parquet, a column missing
-or of a type the attribute cannot read, a value outside the schema) is an
-`app.ingest.IngestError`, as an upload's would be; anything else Spark reports is
-`SparkFailed`, whose message never carries Spark's (which could quote a value), only
-its error class.
+Errors: at registration, a source that cannot be read as the schema asks (not Parquet,
+a column missing or of a type the attribute cannot read, a value outside the schema) is
+an `app.ingest.IngestError`, as an upload's would be; at a count, where registration
+has read it, that is `SourceChanged`. Anything else Spark reports is `SparkFailed`,
+whose message never carries Spark's (which could quote a value), only its error class.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from app.errors import InvariantViolated, ServiceUnavailable
+from app.errors import InvariantViolated, ServiceUnavailable, SourceChanged
 from app.ingest import IngestError
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import quote_cell
@@ -62,9 +62,13 @@ _UNREADABLE_CLASSES = (
     "UNABLE_TO_INFER_SCHEMA",
     "PARQUET",
 )
-# Spark infers types of partition folders' values ("2024" an int); upload and the local
-# engine read them as text, so the engine's session reads them as text too.
-_SESSION_CONF = {"spark.sql.sources.partitionColumnTypeInference.enabled": "false"}
+# The engine's session reads as an upload and the local engine do: partition folders'
+# values as text (Spark would infer "2024" an int), column names case-sensitively (Spark
+# would match a schema's "Age" with a file's "age").
+_SESSION_CONF = {
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    "spark.sql.caseSensitive": "true",
+}
 
 
 class SparkNotInstalled(ServiceUnavailable, code="spark_not_installed"):
@@ -106,16 +110,34 @@ class SparkEngine:
         with self._lock:
             with _spark_errors(reading=False):
                 if self._session is None:
-                    self._session = self._builder.remote(self._remote).getOrCreate()
+                    # A session of the engine's own (not the process's shared default), so
+                    # that its settings and its lifetime are the engine's.
+                    self._session = self._builder.remote(self._remote).create()
                 if not self._configured:
                     for key, value in _SESSION_CONF.items():
                         self._session.conf.set(key, value)
                     self._configured = True
             return self._session
 
+    @contextmanager
+    def _reconnecting(self) -> Iterator[None]:
+        """A failed query drops a session the engine made, so that the next access
+        connects afresh (a restarted Spark Connect server forgets its sessions)."""
+        try:
+            yield
+        except SparkFailed:
+            if self._remote is not None:
+                with self._lock:
+                    self._session, self._configured = None, False
+            raise
+
     # -- registration ------------------------------------------------------------------
 
     def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
+        with self._reconnecting():
+            return self._validate(source, schema, unit)
+
+    def _validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
         everything = tuple(range(len(schema.attributes)))
         session = self.session()
         frame, encoding = self._encoding(session, source, schema, everything, unit)
@@ -156,6 +178,16 @@ class SparkEngine:
         marginals: Sequence[Marginal],
         unit: UnitCap | None,
     ) -> dict[Marginal, np.ndarray]:
+        with self._reconnecting():
+            return self._count(source, schema, marginals, unit)
+
+    def _count(
+        self,
+        source: Source,
+        schema: DatasetSchema,
+        marginals: Sequence[Marginal],
+        unit: UnitCap | None,
+    ) -> dict[Marginal, np.ndarray]:
         requested = [tuple(m) for m in marginals]
         if not requested:
             return {}
@@ -171,13 +203,23 @@ class SparkEngine:
         else:
             needed = tuple(sorted({i for s in sets for i in s}))
         session = self.session()
-        frame, encoding = self._encoding(session, source, schema, needed, unit)
+        try:
+            frame, encoding = self._encoding(session, source, schema, needed, unit)
+        except IngestError as error:  # registration read it; now it does not
+            raise SourceChanged(
+                f"the dataset's source no longer reads as it did at registration: {error.message}"
+            ) from None
         cap = None
         if unit is not None:
             cap = Cap(unit.secret, unit.max_rows, tuple(range(len(schema.attributes))))
         query = count_query(encoding, sets, cap)
-        with _spark_errors(reading=False):
-            table = session.sql(query, source=frame).toArrow()
+        try:
+            with _spark_errors(reading=True):
+                table = session.sql(query, source=frame).toArrow()
+        except IngestError:
+            raise SourceChanged(
+                "the dataset's source no longer reads as Parquet as it did at registration"
+            ) from None
         counted = _arrays(table, schema, largest, sets)
         return {m: _sum_to(m, counted) for m in requested}
 

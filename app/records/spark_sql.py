@@ -14,13 +14,14 @@ spells them), or -1 (`BAD_CODE`) for a value outside the schema:
   nothing, as in an upload); -0.0 is spelled "-0", so it matches only "-0".
 - numeric and integer: text trimmed, then (unless a missing value) parsed as Python's
   `float` parses it (ASCII digits; underscores between digits; inf, infinity, nan), any
-  number type converted to a double as Arrow converts it (decimals with at most 2⁵³ as
-  their unscaled integer: that integer times 10⁻ˢ, as Arrow does; larger ones rounded
-  exactly, which Arrow's own algorithm matches but for a value within a unit in the last
-  place of an edge). Numeric bins are `[eᵢ, eᵢ₊₁)`, the last closed, `clip` clamping into
-  the first or last bin; integers are codes 0..size-1 (`clip` clamping), a number with a
-  fraction, NaN or infinity is out of the schema.
+  number type converted to a double as Arrow converts it (decimals too, whose doubles
+  Arrow computes its own way, not always the nearest: `_decimal_as_arrow_double`).
+  Numeric bins are `[eᵢ, eᵢ₊₁)`, the last closed, `clip` clamping into the first or last
+  bin; integers are codes 0..size-1 (`clip` clamping), a number with a fraction, NaN or
+  infinity is out of the schema.
 - a null, or NaN in a floating column, is the missing code (the last) with `missing`.
+Where the engine is stricter than an upload: text numbers in non-ASCII digits, and
+timestamps read as categories (Arrow's spelling of them is not Spark's) are refused.
 Each expression is built in three stages (`p`: the cell as text or a double, `q`: its
 position or number, `c`: the code as INT) so that no stage repeats an expensive one.
 """

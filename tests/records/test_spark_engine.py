@@ -13,6 +13,7 @@ import decimal
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from app.errors import SourceChanged
 from app.ingest import IngestError, PrivacyUnit, encode_parquet
 from app.records.engine import UnitCap
 from app.records.spark import (
@@ -43,22 +45,32 @@ requires_java = pytest.mark.skipif(shutil.which("java") is None, reason="Spark n
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if shutil.which("java") is None:
         pytest.skip("Spark needs java")
-    from pyspark.sql import SparkSession
+    # PySpark warns that it does not fully support pandas 3 (which it does not use here),
+    # and that static settings given to a local session are only applied at its start.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pyspark.sql import SparkSession
 
-    remote = os.environ.get("PRIVQ_TEST_SPARK_REMOTE")
-    if remote:
-        yield SparkSession.builder.remote(remote).getOrCreate()
-        return
-    folder = tmp_path_factory.mktemp("spark")
-    session = (
-        SparkSession.builder.remote("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
-        .config("spark.local.dir", str(folder / "local"))
-        .getOrCreate()
-    )
+        remote = os.environ.get("PRIVQ_TEST_SPARK_REMOTE")
+        if remote:
+            yield SparkSession.builder.remote(remote).getOrCreate()
+            return
+        folder = tmp_path_factory.mktemp("spark")
+        session = (
+            SparkSession.builder.remote("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.driver.memory", "1g")
+            .config("spark.sql.warehouse.dir", str(folder / "warehouse"))
+            .config("spark.local.dir", str(folder / "local"))
+            # Small data, many short queries on a shared 2-core host: the JVM's quick
+            # compiler only, and no whole-stage code generation (Spark compiles less for
+            # each query; the results are the same). PRIVQ_TEST_SPARK_REMOTE runs these
+            # tests against a server with Spark's defaults.
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+            .config("spark.sql.codegen.wholeStage", "false")
+            .getOrCreate()
+        )
     yield session
     session.stop()
 
@@ -399,8 +411,14 @@ def test_missing_columns_unreadable_types_and_files_that_are_not_parquet(
         pa.table({"age": [1.0], "when": pa.array([0], pa.timestamp("us")), "tags": [["a"]]}),
         path,
     )
-    missing = refusal(engine, path, DatasetSchema((Attribute.numeric("height", [0, 1]),)))
+    height = DatasetSchema((Attribute.numeric("height", [0, 1]),))
+    missing = refusal(engine, path, height)
     assert missing.code == "bad_header" and missing.details["missing"] == ["height"]
+    with pytest.raises(SourceChanged):  # a count meets what registration would refuse
+        engine.count(source(path), height, [("height",)], None)
+    # Names match as an upload matches them: exactly ("AGE" is not "age").
+    other_case = refusal(engine, path, DatasetSchema((Attribute.numeric("AGE", [0, 2]),)))
+    assert other_case.code == "bad_header" and other_case.details["missing"] == ["AGE"]
     timestamp = refusal(engine, path, DatasetSchema((Attribute.numeric("when", [0, 1]),)))
     assert timestamp.code == "bad_parquet" and timestamp.details["column"] == "when"
     nested_id = refusal(
@@ -467,3 +485,119 @@ def test_without_pyspark_the_engine_says_what_to_install(monkeypatch: pytest.Mon
     with pytest.raises(SparkNotInstalled) as caught:
         SparkEngine("sc://127.0.0.1:15002")
     assert "privq[spark]" in caught.value.message
+
+
+# -- the two engines and the stored path -------------------------------------------------
+
+
+@requires_java
+def test_the_local_and_spark_engines_count_as_the_stored_path(
+    engine: SparkEngine, tmp_path: Path
+) -> None:
+    from records_lake import SCHEMA as LAKE_SCHEMA
+    from records_lake import UNIT, make_table, stored_codes, write_source
+
+    from app.records.local import LocalEngine
+
+    rng = np.random.default_rng(5)
+    parts = [("2023", make_table(rng, 900, units=80)), ("2024", make_table(rng, 600, units=80))]
+    lake = write_source(tmp_path / "lake", parts)
+    rows, codes = stored_codes(parts)
+    names = list(LAKE_SCHEMA.names)
+    marginals = [(a,) for a in names] + [(a, b) for a in names[:3] for b in names[3:]] + [()]
+    local = LocalEngine(batch_rows=256)
+    by_local = local.count(lake, LAKE_SCHEMA, marginals, None)
+    by_spark = engine.count(lake, LAKE_SCHEMA, marginals, None)
+    for m in marginals:
+        stored = true_marginal(codes, LAKE_SCHEMA.domain(), m) if m else np.array([rows])
+        np.testing.assert_array_equal(by_spark[m], stored, err_msg=str(m))
+        np.testing.assert_array_equal(by_local[m], stored, err_msg=str(m))
+    cap = UnitCap(UNIT, 2, secret=0x1F2E3D4C5B6A7988)
+    capped_local = local.count(lake, LAKE_SCHEMA, marginals, cap)
+    capped_spark = engine.count(lake, LAKE_SCHEMA, marginals, cap)
+    assert capped_spark[()][0] == 2 * 80 < rows  # every unit has more than 2 rows
+    for m in marginals:
+        np.testing.assert_array_equal(capped_spark[m], capped_local[m], err_msg=str(m))
+
+
+@requires_java
+def test_both_engines_agree_on_every_column_type_under_a_cap(
+    engine: SparkEngine, mixed: Path
+) -> None:
+    from app.records.local import LocalEngine
+
+    local = LocalEngine(batch_rows=300)
+    mixed_source = source(mixed)
+    # Unit ids " p1 " and "p1" are one unit in both engines; most units have ~7 rows.
+    cap = UnitCap("person", 3, secret=987654321)
+    assert local.validate(mixed_source, SCHEMA, cap).rows == ROWS
+    np.testing.assert_equal(
+        local.count(mixed_source, SCHEMA, MARGINALS, None),
+        stored_counts(mixed, SCHEMA, MARGINALS, unit="person"),
+    )
+    by_local = local.count(mixed_source, SCHEMA, MARGINALS, cap)
+    by_spark = engine.count(mixed_source, SCHEMA, MARGINALS, cap)
+    assert by_spark[()][0] < ROWS
+    for m in MARGINALS:
+        np.testing.assert_array_equal(by_spark[m], by_local[m], err_msg=str(m))
+
+
+def test_the_number_pattern_accepts_what_python_float_parses() -> None:
+    import re
+
+    from app.records.spark_sql import PYTHON_FLOAT
+
+    texts = ["1", "-1", "+1.5", "1.", ".5", "1e5", "1E-5", "1.e5", "1_000", "1_000.5_5e1_0"]
+    texts += ["inf", "-Infinity", "nAn", "+inf", "1__0", "_1", "1_", "1._5", "1_.5", ".e5", "e5"]
+    texts += ["1e", "1d", "0x10", "1,5", "", ".", "+", "--1", "1e5.5", "infinit", "nan1", "1 2"]
+    for text in texts:
+        try:
+            float(text)
+            parses = True
+        except ValueError:
+            parses = False
+        assert (re.match(PYTHON_FLOAT, text) is not None) == parses, text
+
+
+class _FailingSession:
+    """A Spark session whose every read fails as an unreachable server's would."""
+
+    def __init__(self) -> None:
+        self.conf = self
+        self.read = self
+
+    def set(self, key: str, value: str) -> None:
+        pass
+
+    def option(self, key: str, value: str) -> _FailingSession:
+        return self
+
+    def parquet(self, *paths: str) -> Any:
+        from pyspark.errors import PySparkException
+
+        raise PySparkException(message="connection refused, value 'secret-value'")
+
+
+def test_a_failed_query_is_typed_and_the_next_access_reconnects() -> None:
+    from app.records.spark import SparkFailed
+
+    made: list[_FailingSession] = []
+
+    class Builder:
+        def remote(self, url: str) -> Builder:
+            return self
+
+        def create(self) -> _FailingSession:
+            made.append(_FailingSession())
+            return made[-1]
+
+    engine = SparkEngine("sc://127.0.0.1:15002")
+    engine._builder = Builder()
+    one = Source("file:///srv/a.parquet", (SourceFile("/srv/a.parquet", 1, ""),))
+    schema = DatasetSchema((Attribute.numeric("age", [0, 1]),))
+    for attempt in (1, 2):
+        with pytest.raises(SparkFailed) as caught:
+            engine.count(one, schema, [("age",)], None)
+        assert caught.value.status == 503
+        assert "secret-value" not in caught.value.message
+        assert len(made) == attempt  # each access after a failure connects afresh
