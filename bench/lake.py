@@ -246,13 +246,14 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def scan(lake: Path, batch_rows: int | None, modes: list[str]) -> dict[str, Any]:
+def scan(lake: Path, batch_rows: int | None, modes: list[str], pool: str) -> dict[str, Any]:
     """Each mode's scan in a process of its own (so each peak memory is its own)."""
-    figures: dict[str, Any] = {"step": "scan", "lake": str(lake)}
+    figures: dict[str, Any] = {"step": "scan", "lake": str(lake), "arrow_pool": pool}
     source_rows = _source_rows(lake)
     figures["rows"] = source_rows
     for mode in modes:
         command = [sys.executable, __file__, "scan-once", "--lake", str(lake), "--mode", mode]
+        command += ["--arrow-pool", pool]
         if batch_rows:
             command += ["--batch-rows", str(batch_rows)]
         done = subprocess.run(command, capture_output=True, text=True)
@@ -296,18 +297,27 @@ def main() -> None:
     count.add_argument("--lake", type=Path, default=Path("/tmp/privq-lake"))
     count.add_argument("--batch-rows", type=int, default=None)
     count.add_argument("--modes", default="plain,capped", help="plain, capped or both")
+    count.add_argument(
+        "--arrow-pool",
+        default="system",
+        help="Arrow's allocator in the scanning process: system (as privq's processes run), "
+        "mimalloc or jemalloc",
+    )
     once = steps.add_parser("scan-once", help=argparse.SUPPRESS)
     once.add_argument("--lake", type=Path, required=True)
     once.add_argument("--mode", choices=("plain", "capped"), required=True)
     once.add_argument("--batch-rows", type=int, default=None)
+    once.add_argument("--arrow-pool", default="system")
     args = parser.parse_args()
     if args.step == "scan-once":
+        # As `privq worker` runs (app/cli.py), before pyarrow is imported.
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = args.arrow_pool
         print(json.dumps(scan_once(args.lake, args.mode == "capped", args.batch_rows)))
         return
     if args.step == "generate":
         figures = generate(args.lake, args.rows, args.file_rows, args.seed)
     else:
-        figures = scan(args.lake, args.batch_rows, args.modes.split(","))
+        figures = scan(args.lake, args.batch_rows, args.modes.split(","), args.arrow_pool)
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
     figures["build"] = _build()
     figures["cpus"] = os.cpu_count()

@@ -102,9 +102,10 @@ def unit_ids(array: Any) -> tuple[Any, np.ndarray]:
     data_type = ids.type
     absent = ids.is_null(nan_is_null=pa.types.is_floating(data_type))
     if is_text(data_type):
-        ids = pc.utf8_trim(ids, characters=ID_TRIM).cast(pa.large_string())
+        # One type whatever the file's (a batch's text is far below string's 2 GiB).
+        ids = pc.utf8_trim(ids, characters=ID_TRIM).cast(pa.string())
     elif is_bytes(data_type):
-        ids = ids.cast(pa.large_binary())
+        ids = ids.cast(pa.binary())
     elif pa.types.is_floating(data_type):
         ids = pc.add(pc.cast(ids, pa.float64()), pa.scalar(0.0))  # -0.0 + 0.0 is +0.0
     elif pa.types.is_integer(data_type):
@@ -117,9 +118,14 @@ def unit_ids(array: Any) -> tuple[Any, np.ndarray]:
 def id_hashes(ids: Any) -> np.ndarray:
     """A uint64 hash of each normalised id (no nulls), the same at every scan."""
     data_type = ids.type
-    if pa.types.is_large_string(data_type) or pa.types.is_large_binary(data_type):
+    if is_text(data_type) or is_bytes(data_type):
         _, offsets, data = ids.buffers()
-        offset_values = np.frombuffer(offsets, dtype=np.int64)
+        width = (
+            np.int64
+            if pa.types.is_large_string(data_type) or pa.types.is_large_binary(data_type)
+            else np.int32
+        )
+        offset_values = np.frombuffer(offsets, dtype=width)
         offset_values = offset_values[ids.offset : ids.offset + len(ids) + 1]
         data_bytes = np.frombuffer(data, dtype=np.uint8) if data is not None else _NO_BYTES
         return text_hashes(offset_values, data_bytes)
@@ -127,4 +133,4 @@ def id_hashes(ids: Any) -> np.ndarray:
         values = ids.to_numpy(zero_copy_only=False)
         return mix(values.view(np.uint64))
     # Dates, times, decimals, booleans: hashed by their text (grouped by their value).
-    return id_hashes(pc.cast(ids, pa.string()).cast(pa.large_string()))
+    return id_hashes(pc.cast(ids, pa.string()))

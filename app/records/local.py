@@ -59,7 +59,7 @@ class LocalEngine:
         self.spill_directory = spill_directory
 
     def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
-        reader = SourceReader(source, self.batch_rows)
+        reader = SourceReader(source, self.batch_rows, [unit.column] if unit else [])
         with self._pool() as pool:
             return validate_source(reader, schema, unit, pool.map)
 
@@ -71,7 +71,7 @@ class LocalEngine:
         unit: UnitCap | None,
     ) -> dict[Marginal, np.ndarray]:
         counter = MarginalCounter(schema.domain(), marginals)
-        reader = SourceReader(source, self.batch_rows)
+        reader = SourceReader(source, self.batch_rows, [unit.column] if unit else [])
         # The row key hashes every attribute's code, so a cap reads every attribute.
         attributes = counter.attributes if unit is None else schema.names
         encoders = {a: ColumnCodes(schema.attribute(a)) for a in attributes}

@@ -14,7 +14,8 @@ the same name.
 
 Text and binary columns are read as dictionary arrays (Parquet writers
 dictionary-encode them; Arrow keeps the dictionary instead of expanding every row), so
-the encoders map each distinct dictionary once (`app.records.encoding`).
+the encoders map each distinct dictionary once (`app.records.encoding`); the unit's id
+column, nearly all distinct values, is read plain.
 """
 
 from __future__ import annotations
@@ -74,9 +75,12 @@ class OpenedFile:
 class SourceReader:
     """Reads `columns` of a source's files, in the fingerprint's order."""
 
-    def __init__(self, source: Source, batch_rows: int) -> None:
+    def __init__(self, source: Source, batch_rows: int, plain: Sequence[str] = ()) -> None:
         self.source = source
         self.batch_rows = batch_rows
+        # Columns read as plain arrays even if text: the unit's ids, nearly all distinct,
+        # whose dictionary would cost a hash table and save nothing.
+        self.plain = frozenset(plain)
         try:
             self.filesystem, base = fs.FileSystem.from_uri(source.uri)
         except Exception:  # the message could name credentials or internals
@@ -103,7 +107,9 @@ class SourceReader:
             metadata = pq.read_metadata(handle)
             arrow_schema = metadata.schema.to_arrow_schema()
             # Text and bytes come as dictionary arrays: mapped once per dictionary.
-            dictionaries = [f.name for f in arrow_schema if _is_bytes(f.type)]
+            dictionaries = [
+                f.name for f in arrow_schema if _is_bytes(f.type) and f.name not in self.plain
+            ]
             parquet = pq.ParquetFile(
                 handle, metadata=metadata, pre_buffer=True, read_dictionary=dictionaries
             )

@@ -26,6 +26,7 @@ from app.ingest import IngestError
 from app.records.counting import Mapper
 from app.records.encoding import ColumnCodes, is_nested, unit_ids
 from app.records.engine import UnitCap, Validation
+from app.records.prefetch import read_ahead
 from app.records.reading import OpenedFile, SourceFileUnreadable, SourceReader
 from app.schema import DatasetSchema
 
@@ -55,7 +56,7 @@ def validate_source(
     no_id = _Violations()
     rows = 0
     try:
-        for batch in reader.batches(columns):
+        for batch in read_ahead(reader.batches(columns)):
             arrays = batch.columns
             names = list(encoders)
             encoded = mapper(_encoding(encoders, arrays), names)

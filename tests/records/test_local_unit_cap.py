@@ -14,6 +14,7 @@ import pytest
 from records_lake import SCHEMA, UNIT, make_table, stored_codes, unit_groups, write_source
 
 from app.errors import SourceChanged
+from app.records.capping import kept_rows
 from app.records.engine import UnitCap
 from app.records.hashing import row_keys
 from app.records.local import LocalEngine
@@ -149,3 +150,21 @@ def test_a_row_without_an_id_at_count_time_is_a_changed_source(tmp_path: Path) -
     source = one_attribute_source(tmp_path, [pa.table({"x": [0, 1], "id": ["a", "  "]})])
     with pytest.raises(SourceChanged, match="id"):
         LocalEngine().count(source, SMALL, [("x",)], UnitCap("id", 1, 5))
+
+
+def test_keys_that_agree_in_their_high_bits_are_ordered_exactly() -> None:
+    """The one-sort ordering falls back to a lexsort when a unit's keys tie in the bits
+    it sorts by; the kept rows are the rule's either way."""
+    rng = np.random.default_rng(4)
+    groups = rng.integers(0, 5, 400)
+    high = rng.integers(-3, 3, 400).astype(np.int64) << np.int64(40)
+    # Keys that differ only in their lowest 3 bits (below what the one sort compares).
+    for keys in (high + rng.integers(0, 8, 400), rng.integers(-(2**62), 2**62, 400)):
+        order = np.lexsort((keys, groups))
+        counts = np.bincount(groups)
+        rank = np.arange(400) - (np.cumsum(counts) - counts)[groups[order]]
+        expected = np.sort(order[rank < 3])
+        kept = kept_rows(groups, keys, 3)
+        assert kept is not None
+        np.testing.assert_array_equal(np.sort(kept), expected)
+    assert kept_rows(np.arange(10), np.zeros(10, np.int64), 1) is None
