@@ -1,25 +1,14 @@
-"""Small Parquet sources for the registration tests, and a stand-in counting engine.
-
-`UploadLikeEngine` validates each file of a source as an upload of it would be
-validated (`app.ingest.encode_upload` over the schema's columns), so the tests of the
-request, the job, the statuses and the refusals run whatever engine is installed; the
-engines' own tests check their scans. `write_part` writes one generated file.
-"""
+"""Small Parquet sources for the registration tests: `write_part` writes one generated
+file, `write_lake` a hive-partitioned folder of them."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from app.ingest import PARQUET_CONTENT_TYPE, encode_upload
-from app.records.engine import UnitCap, Validation
-from app.schema import DatasetSchema
-from app.sources import Source
 
 SCHEMA: dict[str, Any] = {
     "attributes": [
@@ -28,26 +17,6 @@ SCHEMA: dict[str, Any] = {
     ]
 }
 ROWS_PER_FILE = 300
-
-
-class UploadLikeEngine:
-    """Validates each file of a source as an upload of it would be validated."""
-
-    name = "upload-like"
-
-    def validate(self, source: Source, schema: DatasetSchema, unit: UnitCap | None) -> Validation:
-        rows = 0
-        for source_file in source.files:
-            # Only the schema's columns, as an engine reads them; the upload refuses others.
-            table = pq.read_table(source_file.path, columns=list(schema.names))
-            buffer = io.BytesIO()
-            pq.write_table(table, buffer)
-            buffer.seek(0)
-            rows += encode_upload(buffer, schema, content_type=PARQUET_CONTENT_TYPE).rows
-        return Validation(rows=rows)
-
-    def count(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the stand-in engine only validates")
 
 
 def write_part(path: Path, rows: int = ROWS_PER_FILE, *, seed: int = 0, **override: Any) -> None:

@@ -28,7 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db import Dataset, Job, new_id
-from app.errors import InvalidRequest, PrivqError, SourceNotAllowed
+from app.errors import InvalidRequest, PrivqError, SourceChanged, SourceNotAllowed
 from app.ingest import IngestError, PrivacyUnit
 from app.schema import DatasetSchema
 from app.services import datasets as dataset_service
@@ -45,6 +45,9 @@ from app.sources import (
 JOB_KIND = jobs.REGISTRATION_KIND
 FORMATS = ("parquet",)
 PARQUET_MAGIC = b"PAR1"
+_CHANGED_WHILE_SCANNED = (
+    "the source's files changed while it was scanned; register it again once it is complete"
+)
 # How much of a reader's own message a rejection quotes (the curator's eyes only).
 READER_MESSAGE_LENGTH = 300
 
@@ -125,9 +128,7 @@ def run_job(worker: jobs.JobRunner, job: Job) -> dict[str, Any]:
     schema = dataset_service.dataset_schema(dataset)
     rows = _scanned(worker, dataset, schema, files)
     if changed(files, _listed(dataset.source_uri, roots)):
-        raise RegistrationRejected(
-            "the source's files changed while it was scanned; register it again once it is complete"
-        )
+        raise RegistrationRejected(_CHANGED_WHILE_SCANNED)
     with worker.database.unit_of_work() as session:
         jobs.get(session, job.id, for_update=True)
         jobs.require_lease(session, job_id=job.id, owner=worker.worker_id)
@@ -164,6 +165,8 @@ def _scanned(
         raise RegistrationRejected(error.message, **(error.details or {})) from None
     except SourceUnreadable as error:
         raise RegistrationRejected(error.message) from None
+    except SourceChanged:
+        raise RegistrationRejected(_CHANGED_WHILE_SCANNED) from None
     except (ArrowException, OSError) as error:
         reason = " ".join(str(error).split())[:READER_MESSAGE_LENGTH]
         raise RegistrationRejected(f"the source could not be read as Parquet: {reason}") from None

@@ -1,9 +1,8 @@
 """Registering a dataset by reference over HTTP: `POST /v1/datasets` with a JSON body.
 
 The source is a small Parquet folder generated under a temporary root that the
-service's PRIVQ_SOURCE_ROOTS allows. The registration job's engine is the stand-in of
-`source_fixtures` (each file validated as its upload would be), so these tests cover
-the request, the job, the statuses and the refusals whatever engine is installed.
+service's PRIVQ_SOURCE_ROOTS allows; the registration job scans it with the default
+engine (`app.records.local.LocalEngine`), end to end.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import ADMIN_HEADERS, ADMIN_KEY, ApiHelper, unique_name
 from fastapi.testclient import TestClient
-from source_fixtures import ROWS_PER_FILE, SCHEMA, UploadLikeEngine, write_lake, write_part
+from source_fixtures import ROWS_PER_FILE, SCHEMA, write_lake, write_part
 from sqlalchemy import func, select
 
 from app.config import Settings
@@ -42,11 +41,6 @@ def settings(database_url: str, lake: Path) -> Settings:
         auto_migrate=False,
         source_roots=f"{lake.as_uri()}/",
     )
-
-
-@pytest.fixture(autouse=True)
-def upload_like_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate, "record_engine", lambda settings: UploadLikeEngine())
 
 
 def register(client: TestClient, uri: str, *, expect: int = 202, **extra: Any) -> dict[str, Any]:
@@ -87,7 +81,12 @@ def job_of(client: TestClient, job_id: str) -> dict[str, Any]:
 def test_a_registered_source_becomes_ready_with_its_rows_and_fingerprint(
     client: TestClient, api: ApiHelper, database: Database, settings: Settings, lake: Path
 ) -> None:
-    answer = register(client, f"{lake.as_uri()}/visits/", rho_total=2.5)
+    answer = register(
+        client,
+        f"{lake.as_uri()}/visits/",
+        rho_total=2.5,
+        privacy_unit={"column": "person_id", "max_rows": 2},
+    )
     assert answer["status"] == "registering" and set(answer) == {"id", "name", "status", "job_id"}
     seen = client.get(f"/v1/datasets/{answer['id']}", headers=ADMIN_HEADERS).json()
     assert seen["status"] == "registering"
@@ -100,6 +99,7 @@ def test_a_registered_source_becomes_ready_with_its_rows_and_fingerprint(
     assert seen["status"] == "ready"
     assert seen["rows"] == 2 * ROWS_PER_FILE
     assert seen["rho_total"] == 2.5
+    assert seen["privacy_unit"] == {"column": "person_id", "max_rows": 2}
     assert "error" not in seen
 
     dataset = stored(database, answer["id"])
@@ -156,6 +156,17 @@ def test_a_value_outside_the_schema_rejects_the_source_naming_the_column(
         headers=tenant["headers"],
     )
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "dataset_not_ready"
+
+
+def test_a_source_without_the_unit_column_is_rejected(
+    client: TestClient, database: Database, settings: Settings, lake: Path
+) -> None:
+    answer = register(
+        client, f"{lake.as_uri()}/visits", privacy_unit={"column": "household", "max_rows": 1}
+    )
+    run_jobs(database, settings)
+    seen = client.get(f"/v1/datasets/{answer['id']}", headers=ADMIN_HEADERS).json()
+    assert seen["status"] == "rejected" and "household" in seen["error"]
 
 
 def test_a_file_that_is_not_parquet_is_rejected_by_the_job(
@@ -237,13 +248,12 @@ def test_a_link_out_of_the_root_is_refused(
 ) -> None:
     outside = tmp_path / "secret"
     write_part(outside / "part-0.parquet", rows=10)
-    (lake / "linked").mkdir(exist_ok=True)
-    os.symlink(outside, lake / "linked" / "to-secret")
+    linked = lake / unique_name("linked")  # the lake is shared by both backends' runs
+    linked.mkdir()
+    os.symlink(outside, linked / "to-secret")
     # The link named directly, and a folder holding it.
-    assert "link" in refused(
-        client, database, f"{lake.as_uri()}/linked/to-secret", "source_not_allowed"
-    )
-    assert "link" in refused(client, database, f"{lake.as_uri()}/linked", "source_not_allowed")
+    assert "link" in refused(client, database, f"{linked.as_uri()}/to-secret", "source_not_allowed")
+    assert "link" in refused(client, database, linked.as_uri(), "source_not_allowed")
 
 
 def test_only_tenants_with_an_admin_key_register(
@@ -272,6 +282,7 @@ def test_measuring_while_registering_is_refused_and_charges_nothing(
         ("measurements", {"marginals": [["sex"]], "rho": 0.1}),
         ("measurements?dry_run=true", {"marginals": [["sex"]], "rho": 0.1}),
         ("mechanisms/aim", {"rho": 0.1}),
+        ("mechanisms/aim?dry_run=true", {"rho": 0.1}),
     ]
     for path, body in requests:
         response = client.post(
@@ -346,17 +357,40 @@ def test_an_internal_failure_of_the_scan_rejects_without_quoting_it(
     lake: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    class Broken(UploadLikeEngine):
-        def validate(self, *args: Any) -> Validation:
-            raise RuntimeError("secret value 12345")
+    def broken_scan(*args: Any) -> Validation:
+        raise RuntimeError("secret value 12345")
 
-    monkeypatch.setattr(gate, "record_engine", lambda settings: Broken())
+    monkeypatch.setattr(gate, "validate_source", broken_scan)
     answer = register(client, f"{lake.as_uri()}/visits")
     run_jobs(database, settings)
     dataset = stored(database, answer["id"])
     assert dataset.status == "rejected"
     assert "internal error" in (dataset.source_error or "")
     assert "12345" not in (dataset.source_error or "")
+
+
+def test_a_source_written_to_during_its_scan_is_rejected(
+    client: TestClient,
+    database: Database,
+    settings: Settings,
+    lake: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = lake / unique_name("growing")
+    write_part(folder / "part-0.parquet", rows=20)
+    scan = gate.validate_source
+
+    def scan_then_append(*args: Any) -> Validation:
+        validation = scan(*args)
+        write_part(folder / "part-1.parquet", rows=20)  # a writer adds a file meanwhile
+        return validation
+
+    monkeypatch.setattr(gate, "validate_source", scan_then_append)
+    answer = register(client, folder.as_uri())
+    run_jobs(database, settings)
+    dataset = stored(database, answer["id"])
+    assert dataset.status == "rejected" and dataset.source_fingerprint is None
+    assert "changed while it was scanned" in (dataset.source_error or "")
 
 
 def test_the_openapi_documents_both_bodies(client: TestClient) -> None:

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from source_fixtures import SCHEMA, UploadLikeEngine, write_lake
+from source_fixtures import SCHEMA, write_lake
 
 from app.cli import main
 from app.config import get_settings
 from app.db import Database
-from app.services import gate
 from app.worker import Worker
 
 
@@ -22,7 +21,6 @@ def env_lake(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     lake = write_lake(tmp_path / "lake")
     monkeypatch.setenv("PRIVQ_DATABASE_URL", f"sqlite:///{tmp_path}/register.db")
     monkeypatch.setenv("PRIVQ_SOURCE_ROOTS", lake.as_uri())
-    monkeypatch.setattr(gate, "record_engine", lambda settings: UploadLikeEngine())
     get_settings.cache_clear()
     assert main(["migrate"]) == 0
     yield lake

@@ -1,6 +1,6 @@
 """`AdminClient.register`: a Parquet source by reference, waited for (ready, or the
 rejection raised) or not. The client talks to the app in process (`TestClient` as its
-`http_client`); a worker thread runs the registration jobs with the stand-in engine."""
+`http_client`); a worker thread runs the registration jobs with the local engine."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import ADMIN_KEY, unique_name
 from fastapi.testclient import TestClient
-from source_fixtures import ROWS_PER_FILE, SCHEMA, UploadLikeEngine, write_lake, write_part
+from source_fixtures import ROWS_PER_FILE, SCHEMA, write_lake, write_part
 
 from app.config import Settings
 from app.db import Database
-from app.services import gate
 from app.worker import Worker
 from privq_client import AdminClient, ApiError, JobFailed
 
@@ -40,15 +39,13 @@ def settings(database_url: str, lake: Path) -> Settings:
 
 @pytest.fixture(scope="module")
 def worker(database: Database, settings: Settings) -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gate, "record_engine", lambda settings: UploadLikeEngine())
-        stop = threading.Event()
-        running = Worker(database, settings, poll_seconds=0.02)
-        thread = threading.Thread(target=running.run_forever, args=(stop,), daemon=True)
-        thread.start()
-        yield
-        stop.set()
-        thread.join(timeout=10)
+    stop = threading.Event()
+    running = Worker(database, settings, poll_seconds=0.02)
+    thread = threading.Thread(target=running.run_forever, args=(stop,), daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
