@@ -28,6 +28,9 @@ master=${SPARK_MASTER_URL:-spark://spark-master:7077}
 
 case "$role" in
   master)
+    # No REST submission server (port 6066): applications come only from the Connect
+    # server, through 7077.
+    export SPARK_MASTER_OPTS="${SPARK_MASTER_OPTS:-} -Dspark.master.rest.enabled=false"
     exec spark-class org.apache.spark.deploy.master.Master \
       --host "${SPARK_MASTER_HOST:-$address}" --port 7077 --webui-port 8080 "$@"
     ;;

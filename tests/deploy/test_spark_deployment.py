@@ -146,6 +146,8 @@ def test_the_spark_image_is_java_and_spark_only() -> None:
     for role in ("master)", "worker)", "connect)", "probe"):
         assert role in entrypoint, role
     assert "org.apache.spark.sql.connect.service.SparkConnectServer" in entrypoint
+    # Nothing but the Connect server submits applications: no REST submission server.
+    assert "-Dspark.master.rest.enabled=false" in entrypoint
 
 
 def test_the_lake_is_read_only_at_one_path_wherever_it_is_read() -> None:
