@@ -127,7 +127,7 @@ class Stack:
         self.version = f"{version}-spark" if spark else version
         self.admin_key = "check-" + secrets.token_urlsafe(32)
         self._folder = tempfile.mkdtemp(prefix="privq-deploy-check-")
-        # The curator's lake, mounted read-only at /srv/lake in the api, the workers and Spark.
+        # The curator's lake, mounted read-only at /srv/lake in privq's containers and Spark's.
         self.lake = Path(self._folder) / "lake"
         self.lake.mkdir(mode=0o755)
         self.env_file = Path(self._folder) / "check.env"

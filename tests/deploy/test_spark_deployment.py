@@ -111,7 +111,7 @@ def test_one_spark_image_built_once_with_the_locked_spark() -> None:
         assert found[name]["depends_on"]["spark-master"]["condition"] == "service_healthy"
     # The tag names the Spark release the lock installs.
     spark = pins(SPARK / "requirements.lock")
-    assert image == f"privq-spark:${{PRIVQ_SPARK_VERSION:-{spark['pyspark']}}}"
+    assert image == f"privq-spark:{spark['pyspark']}"
     wanted = [line for line in (SPARK / "requirements.in").read_text().splitlines() if line.strip()]
     for line in (w for w in wanted if not w.startswith("#")):
         requirement = Requirement(line)
@@ -152,9 +152,10 @@ def test_the_spark_image_is_java_and_spark_only() -> None:
 
 def test_the_lake_is_read_only_at_one_path_wherever_it_is_read() -> None:
     found = services()
-    for name in ("api", "worker", *SPARK_SERVICES):
+    # migrate too: the admin CLI (`privq datasets register`) runs in it and lists files.
+    for name in ("migrate", "api", "worker", *SPARK_SERVICES):
         assert found[name]["volumes"] == [LAKE_MOUNT], name
-    for name in ("migrate", "postgres", "proxy"):
+    for name in ("postgres", "proxy"):
         assert LAKE_MOUNT not in (found[name].get("volumes") or []), name
     # privq may read what is mounted there, and only that.
     for name in ("migrate", "api", "worker"):
@@ -237,7 +238,7 @@ def test_compose_renders_the_spark_profile_where_a_compose_cli_exists(tmp_path: 
     build = rendered["spark-master"]["build"]
     assert build["network"] == "host" and build["args"]["PYTHON_IMAGE"] == "python:3.11-slim"
     assert rendered["migrate"]["build"]["args"]["PRIVQ_RECORD_ENGINE"] == "spark"
-    for name in ("api", "worker", *SPARK_SERVICES):
+    for name in ("migrate", "api", "worker", *SPARK_SERVICES):
         (mount,) = rendered[name]["volumes"]
         assert (mount["source"], mount["target"], mount["read_only"]) == (
             "/data/lake",
