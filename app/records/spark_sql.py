@@ -24,6 +24,9 @@ Where the engine is stricter than an upload: text numbers in non-ASCII digits, a
 timestamps read as categories (Arrow's spelling of them is not Spark's) are refused.
 Each expression is built in three stages (`p`: the cell as text or a double, `q`: its
 position or number, `c`: the code as INT) so that no stage repeats an expensive one.
+The schema's values and edges are literals in the query: an attribute of thousands of
+codes makes a long query (Spark then gives up whole-stage code generation for it, and
+counts the same, more slowly).
 """
 
 from __future__ import annotations

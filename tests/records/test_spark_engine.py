@@ -9,6 +9,7 @@ points them at a running Spark Connect server instead (quicker while developing)
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import os
 import shutil
@@ -126,6 +127,8 @@ SCHEMA = DatasetSchema(
         Attribute.categorical("from_double", ["-0", "0", "1", "2.5"], missing=True),
         Attribute.categorical("from_bool", ["false", "true"]),
         Attribute.categorical("from_decimal", ["1.50", "2.00"]),
+        Attribute.categorical("from_float32", ["0.1", "1"], missing=True),
+        Attribute.categorical("from_date", ["2024-01-31", "2024-02-29"]),
         Attribute.numeric("age", [0, 18, 65, 100], clip=True, missing=True),
         Attribute.numeric("score", [0, 2.5, 5, 7.5, 10], missing=True, missing_values=["NA"]),
         Attribute.numeric("price", [0, 0.1, 0.3, 1.1, 100]),
@@ -162,6 +165,10 @@ def mixed_table(rng: np.random.Generator, rows: int = ROWS) -> pa.Table:
             "from_bool": pick([True, False]),
             "from_decimal": pa.array(
                 pick([decimal.Decimal("1.50"), decimal.Decimal("2.00")]), pa.decimal128(5, 2)
+            ),
+            "from_float32": pa.array(pick([0.1, 1.0, float("nan")]), pa.float32()),
+            "from_date": pa.array(
+                pick([datetime.date(2024, 1, 31), datetime.date(2024, 2, 29)]), pa.date32()
             ),
             "age": age,
             "score": pick([" 1.5 ", "2.5", "1e1", "7_5e-1", "10", "NA", None, "9.99"]),
