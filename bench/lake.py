@@ -251,6 +251,7 @@ def scan(lake: Path, batch_rows: int | None, modes: list[str], pool: str) -> dic
     figures: dict[str, Any] = {"step": "scan", "lake": str(lake), "arrow_pool": pool}
     source_rows = _source_rows(lake)
     figures["rows"] = source_rows
+    figures["load_average_before"] = round(os.getloadavg()[0], 1)
     for mode in modes:
         command = [sys.executable, __file__, "scan-once", "--lake", str(lake), "--mode", mode]
         command += ["--arrow-pool", pool]
@@ -262,6 +263,8 @@ def scan(lake: Path, batch_rows: int | None, modes: list[str], pool: str) -> dic
         result = json.loads(done.stdout.strip().splitlines()[-1])
         result["rows_per_s"] = round(source_rows / result["seconds"])
         result["rows_per_cpu_s"] = round(source_rows / result["cpu_seconds"])
+        # Other work on the machine slows the wall clock, not the CPU seconds.
+        result["load_average_after"] = round(os.getloadavg()[0], 1)
         figures[mode] = result
     return figures
 

@@ -100,9 +100,8 @@ def flat_cells(
     if not marginal:
         return np.zeros(rows, dtype=np.intp)
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    flat = codes[marginal[0]].astype(np.intp)  # a fresh array, accumulated in place
-    if strides[0] != 1:
-        flat *= strides[0]
+    # A fresh array (the codes are shared by every marginal), accumulated in place.
+    flat: np.ndarray = np.multiply(codes[marginal[0]], strides[0], dtype=np.intp)
     for attribute, stride in zip(marginal[1:], strides[1:], strict=True):
         column = codes[attribute]
         if stride == 1:

@@ -9,6 +9,10 @@ threads (Arrow's compute functions and numpy release the GIL), column by column 
 marginal by marginal. Memory is bounded by a batch (and a bucket), not by the rows.
 
 The registration scan (`validate`) is in `app.records.validation`.
+
+Measured by `bench/lake.py scan` (10⁷ rows × 20 attributes, 40 marginals): about 4 CPU
+seconds a scan, a third less with Arrow on the C library's allocator, as privq's
+processes run it (`app/cli.py`); peak memory about 0.4 GB, the same at 3·10⁷ rows.
 """
 
 from __future__ import annotations
@@ -80,26 +84,37 @@ class LocalEngine:
             if unit is None:
                 for batch in read_ahead(reader.batches(columns)):
                     counter.add(encode(encoders, batch, pool.map), batch.rows, pool.map)
-                return counter.result()
-            with tempfile.TemporaryDirectory(
-                prefix="privq-cap-", dir=self.spill_directory
-            ) as directory:
-                buckets = bucket_count(reader.row_count(), self.bucket_rows)
-                capped = CappedCounter(counter, schema, unit, buckets, directory)
-                try:
-                    for batch in read_ahead(reader.batches(columns)):
-                        codes = encode(encoders, batch, pool.map)
-                        ids, absent = unit_ids(batch.columns[unit.column])
-                        if absent.any():
-                            raise SourceChanged(
-                                f"the privacy unit column {unit.column!r} has rows without "
-                                "an id, which registration refused: the source changed"
-                            )
-                        capped.add(ids, codes, batch.rows, pool.map)
-                    capped.finish(pool.map)
-                finally:
-                    capped.close()
-            return counter.result()
+            else:
+                self._count_capped(reader, columns, encoders, counter, schema, unit, pool)
+        return counter.result()
+
+    def _count_capped(
+        self,
+        reader: SourceReader,
+        columns: list[str],
+        encoders: Mapping[str, ColumnCodes],
+        counter: MarginalCounter,
+        schema: DatasetSchema,
+        unit: UnitCap,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        """Spill every batch by unit, then count each unit's kept rows (`capping`)."""
+        with tempfile.TemporaryDirectory(prefix="privq-cap-", dir=self.spill_directory) as folder:
+            buckets = bucket_count(reader.row_count(), self.bucket_rows)
+            capped = CappedCounter(counter, schema, unit, buckets, folder)
+            try:
+                for batch in read_ahead(reader.batches(columns)):
+                    codes = encode(encoders, batch, pool.map)
+                    ids, absent = unit_ids(batch.columns[unit.column])
+                    if absent.any():
+                        raise SourceChanged(
+                            f"the privacy unit column {unit.column!r} has rows without an "
+                            "id, which registration refused: the source changed"
+                        )
+                    capped.add(ids, codes, batch.rows, pool.map)
+                capped.finish(pool.map)
+            finally:
+                capped.close()
 
     @contextmanager
     def _pool(self) -> Iterator[ThreadPoolExecutor]:

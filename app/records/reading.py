@@ -86,7 +86,7 @@ class SourceReader:
         except Exception:  # the message could name credentials or internals
             raise SourceChanged(f"the source {source.uri!r} cannot be opened") from None
         self.base = base.rstrip("/")
-        self._zeros = np.zeros(0, dtype=np.int32)
+        self._indices: dict[int, Any] = {}
 
     def open(self, file: SourceFile) -> OpenedFile:
         """Open one file: its size checked against the fingerprint, its footer read.
@@ -177,9 +177,12 @@ class SourceReader:
                 remaining -= rows
 
     def _constant(self, opened: OpenedFile, name: str, rows: int) -> Any:
-        if self._zeros.size < rows:
-            self._zeros = np.zeros(rows, dtype=np.int32)
-        indices = pa.array(self._zeros[:rows])
+        """A partition folder's value for `rows` rows: a dictionary of one value."""
+        indices = self._indices.get(rows)
+        if indices is None:
+            zeros = pa.py_buffer(np.zeros(rows, dtype=np.int32).tobytes())
+            indices = pa.Array.from_buffers(pa.int32(), rows, [None, zeros])
+            self._indices = {rows: indices}  # a file's batches mostly have one length
         dictionary = pa.array([opened.partitions[name]], type=pa.string())
         return pa.DictionaryArray.from_arrays(indices, dictionary)
 

@@ -128,3 +128,13 @@ def test_rows_without_an_id_are_refused_by_row_number(tmp_path: Path) -> None:
     assert error.code == "missing_unit_id"
     assert error.details == {"column": UNIT, "rows": 7, "examples": [4, 41, 42, 43, 44]}
     assert "\t" not in error.message
+
+
+def test_a_partition_folder_outside_the_schema_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    source = write_source(tmp_path, [("2023", make_table(rng, 40)), ("2025", make_table(rng, 30))])
+    error = refusal(source)
+    assert error.code == "value_out_of_schema"
+    assert error.details["column"] == "year" and error.details["rows"] == 30
+    assert error.details["examples"] == [41, 42, 43, 44, 45]
+    assert "row 41: '2025' is not one of the schema's 2 values" in error.message
