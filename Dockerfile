@@ -28,6 +28,16 @@ RUN python -m venv /opt/privq \
     && /opt/privq/bin/pip install --require-hashes -r /tmp/requirements.lock \
     && /opt/privq/bin/pip check
 
+# An image for the spark engine carries the Spark Connect client too: the `spark` extra,
+# locked with the same pins in deploy/requirements-spark.lock. docker-compose.yml passes
+# its PRIVQ_RECORD_ENGINE here; an image for the local engine (the default) skips it.
+ARG PRIVQ_RECORD_ENGINE=local
+COPY deploy/requirements-spark.lock /tmp/requirements-spark.lock
+RUN if [ "$PRIVQ_RECORD_ENGINE" = spark ]; then \
+        /opt/privq/bin/pip install --require-hashes -r /tmp/requirements-spark.lock \
+        && /opt/privq/bin/pip check; \
+    fi
+
 
 # privq itself, built with the locked setuptools (no build isolation: nothing is fetched).
 # pyproject.toml names README.md as the package's long description, so it is copied

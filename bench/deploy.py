@@ -1,6 +1,6 @@
 """Deployment check: docker-compose.yml built, scaled, used and redeployed under load.
 
-    .venv/bin/python bench/deploy.py [--keep]
+    .venv/bin/python bench/deploy.py [--spark] [--lake-only] [--keep]
 
 Needs a container engine with the compose v2 plugin (on machines without a registry:
 ../shared/tools/containers/setup.sh, whose stand-in base images are then used through
@@ -17,14 +17,21 @@ port on 127.0.0.1, image privq:deploy-check) it:
    holding the job first), each with `docker restart` and the service's grace period,
    then recreates both at once (`up -d --force-recreate worker`, as a redeploy does):
    the job must succeed with `attempts` still 1;
+2b. writes a generated Parquet lake (200,000 rows, a unit column) into the folder the
+   stack mounts at /srv/lake, registers it by reference, grants it, measures every
+   one-way marginal and four pairs, runs AIM and answers (bench/deploy_lake.py),
+   counted by the local engine, or with `--spark` by profile `spark` of the compose file
+   (a Spark master, two Spark workers, a Spark Connect server) that the workers count
+   through; `--lake-only` stops after this step;
 4. restarts PostgreSQL under 4 clients of free answers and budget reads: every
    answer must be a 2xx, or a 503 while the database is away — no other 5xx and no
    connection error — and a measurement afterwards must succeed;
 5. recreates every api replica under the same traffic (`up -d --force-recreate api`,
    a redeploy): every answer must be a 2xx.
 
-Prints one JSON line of figures (and `failures`); exit status 1 if anything failed.
-`--keep` leaves the stack running and prints how to reach and remove it.
+Prints one JSON line of figures (and `failures`) with the command and the build (commit,
+image sizes); exit status 1 if anything failed. `--keep` leaves the stack running and
+prints how to reach and remove it.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from deploy_lake import lake_step
 from deploy_stack import (
     REPO,
     Stack,
@@ -108,7 +116,7 @@ def check_containers(stack: Stack, failures: list[str]) -> dict[str, Any]:
     migrate = stack.containers("migrate")
     image = stack.inspect(migrate[0])["Image"] if migrate else None
     seen: dict[str, Any] = {}
-    for service in ("api", "worker", "postgres", "proxy"):
+    for service in ("api", "worker", "postgres", "proxy", *stack.spark_services):
         for container in stack.containers(service):
             info = stack.inspect(container)
             name = info["Name"].lstrip("/")
@@ -121,8 +129,10 @@ def check_containers(stack: Stack, failures: list[str]) -> dict[str, Any]:
             anonymous = [
                 m for m in info["Mounts"] if m["Type"] == "volume" and HEX64.match(m["Name"])
             ]
-            if anonymous or (info["Mounts"] and service in ("api", "worker")):
-                failures.append(f"{name} mounts {[m['Destination'] for m in info['Mounts']]}")
+            # privq's containers mount the curator's lake, read-only, and nothing else.
+            mounts = [(m["Destination"], m["RW"]) for m in info["Mounts"]]
+            if anonymous or (mounts != [("/srv/lake", False)] and service in ("api", "worker")):
+                failures.append(f"{name} mounts {mounts}")
             if not host.get("Memory"):
                 failures.append(f"{name} has no memory limit")
             log = host["LogConfig"]
@@ -412,35 +422,46 @@ def api_redeploy(
     }
 
 
-def run_check(*, keep: bool = False) -> dict[str, Any]:
+def run_check(
+    *, keep: bool = False, spark: bool = False, lake_only: bool = False
+) -> dict[str, Any]:
     problem = engine_problem() or compose_problem()
     if problem is not None:
         raise RuntimeError(problem)
     standins = needs_standins()
-    stack = Stack(standins=standins)
+    stack = Stack(standins=standins, spark=spark)
     failures: list[str] = []
     figures: dict[str, Any] = {"project": stack.project, "standin_images": standins}
     try:
         began = time.monotonic()
         stack.compose("build", timeout=1800)
         figures["build_s"] = round(time.monotonic() - began, 1)
+        figures["build"] = stack.build_figures()
         began = time.monotonic()
-        stack.compose("up", "-d", "--scale", "api=3", "--scale", "worker=2", timeout=600)
-        stack.wait_healthy(["api", "worker", "postgres"])
+        if spark:  # the JVMs first: started beside privq's processes, both starve on 2 cores
+            stack.compose("up", "-d", *stack.spark_services, timeout=900)
+            figures["spark_up_s"] = round(stack.wait_healthy(stack.spark_services, 600), 1)
+        api = "api=1" if lake_only else "api=3"  # the replicas matter to the redeploys only
+        stack.compose("up", "-d", "--scale", api, "--scale", "worker=2", timeout=600)
+        stack.wait_healthy(["api", "worker", "postgres", *stack.spark_services])
         figures["up_s"] = round(time.monotonic() - began, 1)
         figures.update(check_containers(stack, failures))
         http = Http(stack.base_url)
         walked, dataset_id, auth = walk(http, bearer(stack.admin_key))
         figures.update(walked)
-        figures.update(rolling_restart(stack, http, dataset_id, auth, failures))
-        figures["pg"] = postgres_restart(stack, http, dataset_id, auth, failures)
-        figures["api_redeploy"] = api_redeploy(stack, dataset_id, auth, failures)
+        spark_cpu = (lambda: stack.cpu_seconds("spark-worker")) if spark else None
+        admin = bearer(stack.admin_key)
+        figures["lake"] = lake_step(http, admin, stack.lake, stack.engine, spark_cpu, failures)
+        if not lake_only:
+            figures.update(rolling_restart(stack, http, dataset_id, auth, failures))
+            figures["pg"] = postgres_restart(stack, http, dataset_id, auth, failures)
+            figures["api_redeploy"] = api_redeploy(stack, dataset_id, auth, failures)
         figures["walk_outcomes"] = dict(sorted(http.outcomes.items()))
         if any(not k.startswith("2") for k in http.outcomes):
             failures.append(f"requests of the walk failed: {dict(http.outcomes)}")
     except Exception as error:
         failures.append(f"{type(error).__name__}: {error}")
-        for service in ("api", "worker", "migrate"):
+        for service in ("api", "worker", "migrate", *stack.spark_services):
             figures.setdefault("logs", {})[service] = stack.logs(service)[-3000:]
     finally:
         if keep:
@@ -454,8 +475,11 @@ def run_check(*, keep: bool = False) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keep", action="store_true", help="leave the stack running")
+    parser.add_argument("--spark", action="store_true", help="count the lake with Spark")
+    parser.add_argument("--lake-only", action="store_true", help="stop after the lake step")
     args = parser.parse_args()
-    figures = run_check(keep=args.keep)
+    figures = run_check(keep=args.keep, spark=args.spark, lake_only=args.lake_only)
+    figures["command"] = " ".join(["python", "bench/deploy.py", *sys.argv[1:]])
     print(json.dumps(figures))
     return 1 if figures["failures"] else 0
 

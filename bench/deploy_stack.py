@@ -110,22 +110,72 @@ def free_port() -> int:
 
 
 class Stack:
-    """One compose project of docker-compose.yml with secrets of its own."""
+    """One compose project of docker-compose.yml with secrets and a lake of its own.
 
-    def __init__(self, *, standins: bool, version: str = "deploy-check") -> None:
+    `spark`: profile `spark` runs too and the workers count registered sources through
+    its Connect server (an image built for PRIVQ_RECORD_ENGINE=spark).
+    """
+
+    def __init__(
+        self, *, standins: bool, spark: bool = False, version: str = "deploy-check"
+    ) -> None:
         self.project = f"privq-check-{secrets.token_hex(3)}"
         self.files = [COMPOSE_FILE, *([STANDIN_FILE] if standins else [])]
         self.port = free_port()
-        self.version = version
+        self.spark = spark
+        self.engine = "spark" if spark else "local"
+        self.version = f"{version}-spark" if spark else version
         self.admin_key = "check-" + secrets.token_urlsafe(32)
         self._folder = tempfile.mkdtemp(prefix="privq-deploy-check-")
+        # The curator's lake, mounted read-only at /srv/lake in privq's containers and Spark's.
+        self.lake = Path(self._folder) / "lake"
+        self.lake.mkdir(mode=0o755)
         self.env_file = Path(self._folder) / "check.env"
         self.env_file.write_text(
             f"POSTGRES_PASSWORD={secrets.token_urlsafe(24)}\n"
             f"PRIVQ_ADMIN_KEY={self.admin_key}\n"
             f"PRIVQ_HTTP_PORT={self.port}\n"
-            f"PRIVQ_VERSION={version}\n"
+            f"PRIVQ_VERSION={self.version}\n"
+            f"PRIVQ_LAKE={self.lake}\n"
+            f"PRIVQ_RECORD_ENGINE={self.engine}\n" + ("COMPOSE_PROFILES=spark\n" if spark else "")
         )
+
+    @property
+    def spark_services(self) -> list[str]:
+        return ["spark-master", "spark-worker", "spark-connect"] if self.spark else []
+
+    def cpu_seconds(self, service: str) -> float:
+        """CPU time used so far by all of `service`'s containers (their cgroups, v2 or v1)."""
+        read = "cat /sys/fs/cgroup/cpu.stat 2>/dev/null || cat /sys/fs/cgroup/cpuacct/cpuacct.usage"
+        total = 0.0
+        for container in self.containers(service):
+            stat = run(["docker", "exec", container, "sh", "-c", read], timeout=60).split()
+            if stat[0] == "usage_usec":  # cgroup v2: microseconds
+                total += int(stat[1]) / 1e6
+            else:  # cgroup v1: nanoseconds
+                total += int(stat[0]) / 1e9
+        return total
+
+    def build_figures(self) -> dict[str, Any]:
+        """What runs: the commit (and whether tracked files had changes), the images' sizes."""
+        git = ["git", "-C", str(REPO)]
+        images = [f"privq:{self.version}"]
+        if self.spark:
+            images.append(self.inspect_image_of("spark-master"))
+        sizes = {}
+        for image in images:
+            size = run(["docker", "image", "inspect", "--format", "{{.Size}}", image], timeout=60)
+            sizes[image] = round(int(size.strip()) / 1e6, 1)
+        return {
+            "commit": run([*git, "rev-parse", "--short", "HEAD"]).strip(),
+            "tree_changed": bool(run([*git, "status", "--porcelain", "--untracked-files=no"])),
+            "images_mb": sizes,
+        }
+
+    def inspect_image_of(self, service: str) -> str:
+        """The image name `service` runs, as the compose files render it."""
+        rendered = self.compose("config", "--format", "json", timeout=60)
+        return str(json.loads(rendered)["services"][service]["image"])
 
     @property
     def base_url(self) -> str:

@@ -105,7 +105,10 @@ def test_migrations_run_once_before_api_and_workers() -> None:
 def test_one_build_feeds_every_privq_service() -> None:
     services = compose()["services"]
     builders = [name for name, service in services.items() if "build" in service]
-    assert builders == ["migrate"]
+    # migrate builds privq's image; spark-master the Spark image of profile `spark`
+    # (tests/deploy/test_spark_deployment.py), which holds no privq code.
+    assert builders == ["migrate", "spark-master"]
+    assert services["migrate"]["build"]["context"] == "."
     version = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
     assert version is not None
     images = {services[name]["image"] for name in PRIVQ_SERVICES}
