@@ -126,7 +126,8 @@ class Settings(BaseSettings):
     workers_in_process: int | None = Field(
         default=None,
         ge=0,
-        description="Workers started beside `privq serve`; default 1 on SQLite, 0 otherwise.",
+        description="Job slots (worker processes) started beside `privq serve`; default 2 on "
+        "SQLite, so one tenant's long job never holds the only slot, 0 otherwise.",
     )
     api_threads: int = Field(
         default=24,
@@ -175,6 +176,14 @@ class Settings(BaseSettings):
     )
     worker_poll_seconds: float = Field(
         default=0.5, gt=0, description="How often an idle worker looks for a job."
+    )
+    fair_queue: bool = Field(
+        default=True,
+        description="Take tenants in turn: a claim takes the oldest job of the queue (a "
+        "tenant; tenant-less jobs are one more) served least recently, and a mechanism job "
+        "gives its slot back between rounds while another tenant's job waits (it resumes "
+        "from its stored rounds). False: first come, first served, no yielding (for "
+        "comparison).",
     )
     worker_stop_grace_seconds: float = Field(
         default=60.0,
@@ -297,7 +306,7 @@ class Settings(BaseSettings):
     def effective_workers_in_process(self) -> int:
         if self.workers_in_process is not None:
             return self.workers_in_process
-        return 1 if self.is_sqlite else 0
+        return 2 if self.is_sqlite else 0
 
     @property
     def effective_auto_migrate(self) -> bool:

@@ -275,6 +275,14 @@ class Job(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class QueueTurn(Base):
+    """When a claim last took a job of a queue: a tenant's id, or "" for tenant-less jobs."""
+
+    __tablename__ = "queue_turns"
+    queue: Mapped[str] = mapped_column(String(36), primary_key=True)
+    served_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
 def is_sqlite_url(url: str) -> bool:
     return url.startswith("sqlite")
 

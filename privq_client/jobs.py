@@ -27,6 +27,7 @@ POLL_GROWTH = 1.5
 STAGE_FRACTIONS = {
     "queued": 0.0,
     "requeued": 0.0,  # a stopping worker gave it back; another one picks it up
+    "yielded": 0.0,  # gave its slot to another tenant's job; resumes in its turn
     "measuring": 0.1,
     "measured": 0.3,
     "waiting_for_fit": 0.4,
@@ -64,6 +65,8 @@ def progress_text(info: Json) -> str:
     """The job's stage, with a mechanism's round or a fit's iteration and loss."""
     progress = info.get("progress") or {}
     parts = [str(progress.get("stage") or info.get("status") or "")]
+    if info.get("status") == "queued" and isinstance(info.get("queue_position"), int):
+        parts.append(f"position {info['queue_position']} in the queue")
     if isinstance(progress.get("rounds_done"), int) and info.get("status") == "running":
         parts.append(f"{progress['rounds_done']} rounds")
     if progress.get("stage") == "fitting" and isinstance(progress.get("iteration"), int):
@@ -104,6 +107,12 @@ class Job:
     @property
     def progress(self) -> Json:
         return dict(self.info.get("progress") or {})
+
+    @property
+    def queue_position(self) -> int | None:
+        """While queued: its place in the queue (1 = next), as of the last refresh."""
+        position = self.info.get("queue_position")
+        return position if isinstance(position, int) else None
 
     @property
     def error(self) -> str | None:

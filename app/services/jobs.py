@@ -2,12 +2,15 @@
 
 A job is created in the same transaction as the ledger charge that pays for it
 (`create`, called by the measurement and mechanism services). Workers claim the
-oldest claimable job in one statement — `SELECT … FOR UPDATE SKIP LOCKED` on
-PostgreSQL; on SQLite the IMMEDIATE transaction already serialises claimers — and
+next claimable job in one statement — tenants in turn, each tenant's oldest first
+(`app.services.queue`), `SELECT … FOR UPDATE SKIP LOCKED` on PostgreSQL — with claims
+serialised (an advisory lock on PostgreSQL, the IMMEDIATE transaction on SQLite), and
 hold a lease they renew while they work. A job whose lease expired (its worker died)
 is claimable again; after `MAX_ATTEMPTS` claims it fails for good. A worker that stops
 (a redeploy) does so at a safe point (`WorkerStopping`) and gives its job back at once
-with its attempt taken back (`release`), so redeploys never use up a job's attempts.
+with its attempt taken back (`release`), so redeploys never use up a job's attempts; a
+mechanism job that yields its slot to another tenant's (`JobYielding`) goes back the
+same way.
 
 A job that fails (or is abandoned, or is cancelled) is refunded, in the same
 transaction, exactly the ρ no access to the records recorded as used
@@ -31,14 +34,14 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import numpy as np
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db import Database, Dataset, Job, MeasurementRecord, utcnow
 from app.errors import JobFinished, NotFound
 from app.pgm.domain import Domain
-from app.services import refunds
+from app.services import queue, refunds
 from app.services.pages import Page, page
 
 MAX_ATTEMPTS = 3
@@ -125,24 +128,24 @@ def list_jobs(
     )
 
 
-def _claimable(now: datetime) -> Any:
-    return or_(
-        Job.status == "queued",
-        and_(Job.status == "running", Job.lease_expires_at < now),
-    )
+def claim(
+    session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool, fair: bool = True
+) -> Job | None:
+    """Lease the next claimable job to `owner`, or None; never commits.
 
-
-def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool) -> Job | None:
-    """Lease the oldest claimable job to `owner`, or None; never commits.
-
-    A job that has already been claimed `MAX_ATTEMPTS` times (each time its worker
-    died) is failed instead, and the next one is looked at.
+    `fair`: the oldest job of the queue (a tenant, or the tenant-less jobs) served least
+    recently (`app.services.queue`); otherwise the oldest job. Either way the claim
+    records its queue's turn. A job that has already been claimed `MAX_ATTEMPTS` times
+    (each time its worker died) is failed instead, and the next one is looked at.
     """
+    queue.serialise_claims(session, is_sqlite=is_sqlite)
     while True:
         now = utcnow()
-        query = select(Job).where(_claimable(now)).order_by(Job.created_at, Job.id).limit(1)
+        query = select(Job).where(queue.claimable(now))
+        query = queue.fair_order(query) if fair else query.order_by(Job.created_at, Job.id)
+        query = query.limit(1)
         if not is_sqlite:
-            query = query.with_for_update(skip_locked=True)
+            query = query.with_for_update(skip_locked=True, of=Job)
         job = session.scalars(query).first()
         if job is None:
             return None
@@ -163,7 +166,7 @@ def claim(session: Session, *, owner: str, lease_seconds: float, is_sqlite: bool
         job.lease_expires_at = now + timedelta(seconds=lease_seconds)
         job.attempts += 1
         job.started_at = job.started_at or now
-        session.flush()
+        queue.take_turn(session, job, now)
         return job
 
 
@@ -222,6 +225,15 @@ class WorkerStopping(BaseException):
 
     A BaseException, like KeyboardInterrupt: no `except Exception` on the way (a fit's
     failure handling, a mechanism's) may take it for the job's own failure."""
+
+
+class JobYielding(BaseException):
+    """The job gives its slot back to another tenant's waiting job (`app.services.queue`):
+    raised only after a mechanism round is stored, never between a gate and storing what
+    it produced. Like `WorkerStopping` the job goes back to the queue with its attempt
+    taken back and its progress kept, and resumes from its stored rounds when claimed.
+
+    A BaseException for the same reason as `WorkerStopping`."""
 
 
 def stop_if_cancelled(session: Session, job_id: str) -> None:

@@ -14,6 +14,9 @@ the job in one transaction (`measurements.submit`). The worker's `run_job` drive
   (spent, never redone),
 - `on_round`, which stores each round as a measurement row and commits BEFORE the
   mechanism uses it,
+- `on_progress`, which records progress and, at a pause point (a round just stored,
+  another selection round to come), gives the slot back if another tenant's job waits
+  that the fair queue would take first (`yield_if_others_wait`, `app.services.queue`),
 - the dataset's other measurements as context (post-processing, free),
 - the dataset's sensitivity k, the rows one privacy unit may hold
   (`app.services.unit_accounting`): each round's σ is k times what a dataset whose
@@ -59,7 +62,7 @@ from app.privacy.mechanisms import (
 )
 from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 from app.services import datasets as dataset_service
-from app.services import fits, gate, jobs, ledger, quarantine, unit_accounting
+from app.services import fits, gate, jobs, ledger, quarantine, queue, unit_accounting
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
@@ -72,6 +75,9 @@ MAX_MWEM_ROUNDS = 1000
 # The mechanism runs on a hair less than the charge: its float bookkeeping allows a
 # relative 1e-12 of rounding, and we want the exact cost strictly within the charge.
 SAFETY = 1.0 - 1e-11
+# A job waiting less than this many idle polls may be about to go to an idle slot: a
+# running mechanism does not yield to it yet.
+IDLE_SLOT_POLLS = 2
 
 
 def default_workload(domain: Domain) -> list[tuple[str, ...]]:
@@ -249,6 +255,22 @@ def _round_details(round_: Round) -> dict[str, Any]:
     return details
 
 
+def yield_if_others_wait(worker: JobRunner, job: Job) -> None:
+    """JobYielding if another tenant's job waits that the fair queue would take first.
+
+    Called only at a pause point: the round this claim just ran is stored (so every
+    claim makes progress: at least one round) and another selection round follows.
+    The job then resumes from its stored rounds, nothing drawn or charged again; the
+    cost is the resume's (its columns read again, its model refitted from a cold start).
+    """
+    if not worker.settings.fair_queue:
+        return
+    grace = IDLE_SLOT_POLLS * worker.settings.worker_poll_seconds
+    with worker.database.read_only() as session:
+        if queue.another_waits(session, job, grace_seconds=grace):
+            raise jobs.JobYielding()
+
+
 def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     """Run (or resume) the job's mechanism, then make the model version that covers it."""
     params = job.params
@@ -307,6 +329,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
                 "rho_total": units_to_rho(params["rho_units"]),
             },
         )
+        if progress.pause_point:
+            yield_if_others_wait(worker, job)
 
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],

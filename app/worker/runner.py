@@ -1,6 +1,6 @@
 """The worker: claim a job, run it (measure → fit), finish it, or give it back when stopping.
 
-`Worker.run_once` claims the oldest claimable job under a lease, runs it and marks
+`Worker.run_once` claims the next claimable job (tenants in turn) under a lease, runs it and marks
 it succeeded or failed. A heartbeat thread renews the lease (and the dataset's fit
 lock while fitting) every third of the lease; if the lease is lost, the worker
 abandons the job at the next step, leaving it to whoever holds it now.
@@ -24,6 +24,10 @@ it for good with that refusal's message; any other exception is a bug, logged wi
 its traceback, and fails the job with a message that names only its kind and stage.
 Either way the job is refunded the ρ it had not used on data (`refunds`). A database
 hiccup gives the job back to the queue for another attempt.
+
+Yielding: a mechanism job whose round was just stored while another tenant's job waits
+(`app.services.queue`) raises `jobs.JobYielding` and goes back to the queue the same
+way as a stopping worker's, its stage `yielded`; the worker then claims the next job.
 
 Stopping (`request_stop`, which `privq worker` calls on SIGTERM): the job in hand stops
 at its next safe point — a gate about to record an access, a round or measurement just
@@ -60,6 +64,8 @@ logger = logging.getLogger("privq.worker")
 
 # A job's stage once a stopping worker gave it back (queued again, no attempt spent).
 REQUEUED_STAGE = "requeued"
+# A mechanism job's stage once it gave its slot to another tenant's job (likewise).
+YIELDED_STAGE = "yielded"
 
 
 def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
@@ -178,6 +184,7 @@ class Worker:
                 owner=self.worker_id,
                 lease_seconds=self.settings.lease_seconds,
                 is_sqlite=self.database.is_sqlite,
+                fair=self.settings.fair_queue,
             )
             if job is None:
                 return False
@@ -185,7 +192,7 @@ class Worker:
         logger.info(
             "job claimed", extra={"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
         )
-        given_back = (job.progress or {}).get("stage") == REQUEUED_STAGE
+        given_back = (job.progress or {}).get("stage") in (REQUEUED_STAGE, YIELDED_STAGE)
         if job.attempts == 1 and job.started_at is not None and not given_back:
             metrics.observe_job_claimed(job.kind, (job.started_at - job.created_at).total_seconds())
         self._last_progress = dict(job.progress or {})
@@ -202,6 +209,11 @@ class Worker:
             # At a safe point: nothing in flight, so the attempt is not counted.
             logger.info("worker stopping; job given back", extra={"job_id": job.id})
             self._give_back(job, attempt_spent=False)
+        except jobs.JobYielding:
+            # After a stored round, for another tenant's job: back in the queue, its
+            # attempt not counted; it resumes from its stored rounds in its turn.
+            logger.info("job yields its slot", extra={"job_id": job.id})
+            self._give_back(job, attempt_spent=False, stage=YIELDED_STAGE)
         except OperationalError:
             logger.exception("database error; giving the job back", extra={"job_id": job.id})
             self._give_back(job)
@@ -412,8 +424,10 @@ class Worker:
                 job.kind, status, (utcnow() - job.started_at).total_seconds()
             )
 
-    def _give_back(self, job: Job, *, attempt_spent: bool = True) -> None:
-        progress = None if attempt_spent else {**self._last_progress, "stage": REQUEUED_STAGE}
+    def _give_back(
+        self, job: Job, *, attempt_spent: bool = True, stage: str = REQUEUED_STAGE
+    ) -> None:
+        progress = None if attempt_spent else {**self._last_progress, "stage": stage}
         try:
             with self.database.unit_of_work() as session:
                 jobs.release(

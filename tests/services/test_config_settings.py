@@ -14,7 +14,8 @@ def test_defaults_are_the_embedded_sqlite_service(monkeypatch) -> None:
     settings = Settings()
     assert settings.database_url == "sqlite:///./privq.db"
     assert settings.is_sqlite and settings.effective_auto_migrate
-    assert settings.effective_workers_in_process == 1
+    # Two job slots: one tenant's long job never holds the only one.
+    assert settings.effective_workers_in_process == 2 and settings.fair_queue
     assert settings.max_marginal_cells == 1_000_000 and settings.max_model_cells == 10_000_000
 
 

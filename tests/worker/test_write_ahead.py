@@ -162,8 +162,15 @@ def spies(monkeypatch: pytest.MonkeyPatch, database: Database) -> Iterator[Spies
     monkeypatch.setattr(gate, "true_marginal", true_marginal)
     monkeypatch.setattr(gate.RecordGate, "open", open_gate)
     monkeypatch.setattr(jobs, "claim", claim)
-    # A killed worker says nothing: its job keeps its lease until the lease expires.
-    monkeypatch.setattr(Worker, "_give_back", lambda self, job: None)
+    # A killed worker says nothing: its job keeps its lease until the lease expires. A job
+    # given back at a safe point (a mechanism yielding its slot) still goes back.
+    real_give_back = Worker._give_back
+
+    def give_back(self: Worker, job: Job, *, attempt_spent: bool = True, **kwargs: Any) -> None:
+        if not attempt_spent:
+            real_give_back(self, job, attempt_spent=False, **kwargs)
+
+    monkeypatch.setattr(Worker, "_give_back", give_back)
     yield spy
 
 

@@ -18,6 +18,7 @@ from app.api.routers.measurements import JobOut
 from app.api.types import ResourceId
 from app.errors import JobFinished, NotFound
 from app.services import jobs as job_service
+from app.services import queue as queue_service
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -43,7 +44,8 @@ def list_jobs(
     ] = None,
 ) -> list[JobOut]:
     """Jobs newest first, filtered by dataset, status and kind. A tenant sees the jobs it
-    submitted and no other tenant's, whatever the filters; the admin sees every job."""
+    submitted and no other tenant's, whatever the filters; the admin sees every job. A
+    queued job has its `queue_position`."""
     found = job_service.list_jobs(
         session,
         tenant_id=principal.tenant_id,
@@ -54,7 +56,8 @@ def list_jobs(
         cursor=page.cursor,
     )
     page.link_next(found.next_cursor)
-    return [JobOut.of(job) for job in found.items]
+    positions = queue_service.positions(session, found.items)
+    return [JobOut.of(job, positions.get(job.id)) for job in found.items]
 
 
 @router.post(

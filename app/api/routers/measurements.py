@@ -31,6 +31,7 @@ from app.services import datasets as dataset_service
 from app.services import dry_run as dry_run_service
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
+from app.services import queue as queue_service
 from app.services import releases as release_service
 from app.services import unit_accounting
 from app.services.ledger import ChargeResult
@@ -124,9 +125,14 @@ class JobOut(BaseModel):
     cancel_requested_at: datetime | None = Field(
         default=None, description="Set: the job stops at its next safe point (running)."
     )
+    queue_position: int | None = Field(
+        default=None,
+        description="While queued: its place (1 = next) in the order the workers would "
+        "take the queued jobs now, tenants in turn; null otherwise.",
+    )
 
     @classmethod
-    def of(cls, job: Job) -> JobOut:
+    def of(cls, job: Job, queue_position: int | None = None) -> JobOut:
         return cls(
             id=job.id,
             dataset_id=job.dataset_id,
@@ -142,6 +148,7 @@ class JobOut(BaseModel):
             started_at=job.started_at,
             finished_at=job.finished_at,
             cancel_requested_at=job.cancel_requested_at,
+            queue_position=queue_position,
         )
 
 
@@ -346,8 +353,10 @@ def create_measurement(
 )
 @read_endpoint
 def read_job(job_id: ResourceId, session: Session, principal: PrincipalDep) -> JobOut:
-    """A job's status, progress (stage, iteration, loss, round …), error and model version."""
-    return JobOut.of(job_service.get(session, job_id, tenant_id=principal.tenant_id))
+    """A job's status, progress (stage, iteration, loss, round …), error and model version;
+    while it is queued, its place in the queue."""
+    job = job_service.get(session, job_id, tenant_id=principal.tenant_id)
+    return JobOut.of(job, queue_service.positions(session, [job]).get(job.id))
 
 
 @router.get(

@@ -380,6 +380,7 @@ def run_aim(
     def measure_rest(start: int) -> None:
         """Spend what is left re-measuring the one-way marginals (n^(2/3) split), from
         where the rest begun at round `start` stands; the last of them is final."""
+        run.closing = True  # past the last selection round
         todo = oneway[len(run.rounds) - start :]
         parts = _oneway_parts(domain, todo) if todo else []
         for k, attrs in enumerate(todo):
@@ -467,6 +468,7 @@ def run_aim(
                 continue
             offered = affordable
         skipped = False
+        run.closing = final or closing
         with run.access("select+measure", sigma, epsilon):
             # (the paper's term goes as its coefficient, which the round then records)
             terms = noise if options.fitted_noise else SQRT_2_OVER_PI

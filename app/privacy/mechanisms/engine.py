@@ -75,7 +75,11 @@ class MechanismStateError(RuntimeError):
 
 @dataclass(frozen=True)
 class Progress:
-    """Reported after each round is stored and after each fit."""
+    """Reported after each round is stored and after each fit.
+
+    `pause_point`: the run may stop here and resume from its stored rounds losing
+    nothing but time — a round was just stored and another selection round follows
+    (after the last one, the estimates its Theorem 4 bounds need are only in memory)."""
 
     mechanism: str
     round_index: int
@@ -84,6 +88,7 @@ class Progress:
     rho_used: float
     rho_total: float
     rounds_done: int
+    pause_point: bool = False
 
 
 @dataclass
@@ -231,6 +236,8 @@ class MechanismRun:
         self.fit_record: FitRecord | None = None
         # between-round fits may use ADMM until one of them is too slow (then never again)
         self.admm_rounds = True
+        # set by the mechanism once its last selection round begins: no pause point after
+        self.closing = False
         self.rounds: list[Round] = []
         # workload marginal -> (round index, M_r(p̂_{t−1}), its noise term) of the last
         # round it was a candidate in this process (not persisted; see `finish`)
@@ -306,7 +313,9 @@ class MechanismRun:
             return r.project(self.estimate(r.attributes))
         return self.estimate(r)
 
-    def _progress(self, stage: Literal["measured", "fitted", "done"], attrs: Attrs) -> None:
+    def _progress(
+        self, stage: Literal["measured", "fitted", "done"], attrs: Attrs, pause: bool = False
+    ) -> None:
         notify(
             self.on_progress,
             Progress(
@@ -317,6 +326,7 @@ class MechanismRun:
                 rho_used=self.ledger.used,
                 rho_total=self.ledger.charged,
                 rounds_done=len(self.rounds),
+                pause_point=pause,
             ),
         )
 
@@ -412,7 +422,7 @@ class MechanismRun:
         if self.on_round is not None:
             self.on_round(record)  # the service commits it here, before anything uses it
         self.rounds.append(record)
-        self._progress("measured", record.attributes)
+        self._progress("measured", record.attributes, not (final or self.closing))
         return record
 
     def refit(self, final: bool = False) -> None:
