@@ -324,37 +324,50 @@ def test_each_true_marginal_is_counted_once_however_many_rounds() -> None:
 
 def _recorded_fits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(solver, max_iterations) of every fit the mechanism engine asks app.pgm for."""
-    from app.privacy.mechanisms import engine
+    from app.privacy.mechanisms import fitting
 
     calls: list[tuple[str, int]] = []
-    real_fit = engine.fit
+    real_fit = fitting.fit
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append((str(kwargs.get("solver", "default")), int(kwargs["max_iterations"])))  # type: ignore[call-overload]
         return real_fit(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(engine, "fit", spy)
+    monkeypatch.setattr(fitting, "fit", spy)
     return calls
 
 
-def test_between_round_fits_leave_admm_once_one_is_too_slow(
+def test_between_round_fits_leave_admm_once_the_model_is_too_much_work(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """ADMM between rounds while its fits are quick; after one slower than
-    `round_admm_seconds`, every later between-round fit is mirror descent."""
+    """ADMM between rounds while the model's `admm_work` (public sizes) is at most
+    `round_admm_max_work`; above it, mirror descent — whatever the fits' times."""
     truth = synthetic(3)
     calls = _recorded_fits(monkeypatch)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=MechanismOptions(rounds=8, **FAST))
     between = [solver for solver, _ in calls[:-1]]
-    assert between and set(between) == {"admm"}  # the small model fits in milliseconds
+    assert between and set(between) == {"admm"}  # the small model is little work
 
     calls.clear()
-    options = MechanismOptions(rounds=8, round_admm_seconds=1e-9, **FAST)
+    # The one-way model's work is its cells (one measured set a clique): 17. Any pair
+    # measured makes it more.
+    options = MechanismOptions(rounds=8, round_admm_max_work=17, **FAST)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=options)
     between = [solver for solver, _ in calls[:-1]]
     assert between[0] == "admm" and len(between) > 2
     assert set(between[1:]) == {"mirror_descent"}
     assert calls[-1][1] == options.final_fit_iterations  # the final fit is not bounded
+
+
+def test_admm_work_counts_each_clique_s_cells_once_per_measured_set_inside() -> None:
+    from app.privacy.mechanisms.fitting import admm_work
+
+    assert admm_work(DOMAIN, [(a,) for a in DOMAIN.attributes]) == 2 + 3 + 4 + 5 + 3
+    # (a, b) with its two one-way sets inside: 6 cells × 3; c, d, e alone
+    sets = [("a", "b"), ("a",), ("b",), ("c",), ("d",), ("e",)]
+    assert admm_work(DOMAIN, sets) == 6 * 3 + 4 + 5 + 3
+    with pytest.raises(ValueError, match="round_admm_max_work"):
+        MechanismOptions(round_admm_max_work=0)
 
 
 def test_between_round_mirror_descent_is_bounded_by_work(monkeypatch: pytest.MonkeyPatch) -> None:
