@@ -175,7 +175,9 @@ def fit_now(
         now = time.monotonic()
         if now - last_report >= 0.5:
             last_report = now
-            progress({"stage": "fitting", "iteration": iteration, "loss": float(loss)})
+            # a loss that is not a finite number (JSON has none) is reported as null
+            finite_loss = float(loss) if math.isfinite(loss) else None
+            progress({"stage": "fitting", "iteration": iteration, "loss": finite_loss})
 
     def fit_over(ids: list[int]) -> tuple[GraphicalModel, FitRecord]:
         return quarantine.checked_fit(

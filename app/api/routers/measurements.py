@@ -25,14 +25,14 @@ from app.api.types import (
     Sigma,
 )
 from app.config import Settings
-from app.db import Dataset, Job
+from app.db import Dataset, Job, utcnow
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
 from app.services import dry_run as dry_run_service
+from app.services import job_progress, unit_accounting
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services import releases as release_service
-from app.services import unit_accounting
 from app.services.ledger import ChargeResult
 from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
@@ -119,6 +119,12 @@ class JobOut(BaseModel):
     cancel_requested_at: datetime | None = Field(
         default=None, description="Set: the job stops at its next safe point (running)."
     )
+    eta_seconds: float | None = Field(
+        default=None,
+        description="While a mechanism job runs: the seconds it is expected to take still, "
+        "from its own rounds and fits so far (display only); null where it cannot be "
+        "estimated yet, and once it is not running.",
+    )
 
     @classmethod
     def of(cls, job: Job) -> JobOut:
@@ -136,6 +142,7 @@ class JobOut(BaseModel):
             started_at=job.started_at,
             finished_at=job.finished_at,
             cancel_requested_at=job.cancel_requested_at,
+            eta_seconds=job_progress.eta_now(job.status, job.progress, utcnow()),
         )
 
 
