@@ -337,11 +337,12 @@ def _recorded_fits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     return calls
 
 
-def test_between_round_fits_leave_admm_once_the_model_is_too_much_work(
+def test_between_round_fits_leave_admm_once_one_is_too_much_work(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """ADMM between rounds while the model's `admm_work` (public sizes) is at most
-    `round_admm_max_work`; above it, mirror descent — whatever the fits' times."""
+    """ADMM between rounds while its fits are little work (cells × iterations, never a
+    time); after one of more than `round_admm_max_work`, every later between-round fit
+    is mirror descent."""
     truth = synthetic(3)
     calls = _recorded_fits(monkeypatch)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=MechanismOptions(rounds=8, **FAST))
@@ -349,9 +350,7 @@ def test_between_round_fits_leave_admm_once_the_model_is_too_much_work(
     assert between and set(between) == {"admm"}  # the small model is little work
 
     calls.clear()
-    # The one-way model's work is its cells (one measured set a clique): 17. Any pair
-    # measured makes it more.
-    options = MechanismOptions(rounds=8, round_admm_max_work=17, **FAST)
+    options = MechanismOptions(rounds=8, round_admm_max_work=1, **FAST)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=options)
     between = [solver for solver, _ in calls[:-1]]
     assert between[0] == "admm" and len(between) > 2
@@ -359,13 +358,17 @@ def test_between_round_fits_leave_admm_once_the_model_is_too_much_work(
     assert calls[-1][1] == options.final_fit_iterations  # the final fit is not bounded
 
 
-def test_admm_work_counts_each_clique_s_cells_once_per_measured_set_inside() -> None:
-    from app.privacy.mechanisms.fitting import admm_work
+def test_an_admm_fit_s_work_is_its_cells_times_its_iterations() -> None:
+    from app.pgm.estimation import FitRecord
+    from app.privacy.mechanisms.fitting import admm_work, keeps_admm
 
-    assert admm_work(DOMAIN, [(a,) for a in DOMAIN.attributes]) == 2 + 3 + 4 + 5 + 3
-    # (a, b) with its two one-way sets inside: 6 cells × 3; c, d, e alone
-    sets = [("a", "b"), ("a",), ("b",), ("c",), ("d",), ("e",)]
-    assert admm_work(DOMAIN, sets) == 6 * 3 + 4 + 5 + 3
+    options = MechanismOptions(round_admm_max_work=700)
+    fitted = FitRecord(solver="admm", iterations=7, model_cells=100, seconds=3600.0)
+    assert admm_work(fitted) == 700 and keeps_admm(fitted, options)  # an hour: no matter
+    more = FitRecord(solver="admm", iterations=8, model_cells=100, seconds=0.001)
+    assert not keeps_admm(more, options)
+    descent = FitRecord(solver="mirror_descent", iterations=10**6, model_cells=10**6)
+    assert keeps_admm(descent, options)  # only ADMM's own fits decide
     with pytest.raises(ValueError, match="round_admm_max_work"):
         MechanismOptions(round_admm_max_work=0)
 

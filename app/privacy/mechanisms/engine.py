@@ -38,7 +38,14 @@ from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
 from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger
 from app.privacy.mechanisms.coarse import Candidate, Coarse, attributes_of
-from app.privacy.mechanisms.fitting import FitReports, Progress, Stage, fit_model, fit_plan
+from app.privacy.mechanisms.fitting import (
+    FitReports,
+    Progress,
+    Stage,
+    fit_model,
+    fit_plan,
+    keeps_admm,
+)
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import (
     Attrs,
@@ -177,6 +184,8 @@ class MechanismRun:
         self.base_measurements = list(arguments.get("base_measurements", ()))
         self.model = arguments.get("warm_start")
         self.fit_record: FitRecord | None = None
+        # between-round fits may use ADMM until one of them is too much work (`keeps_admm`)
+        self.admm_rounds = True
         self.rounds: list[Round] = []
         # workload marginal -> (round index, M_r(p̂_{t−1}), its noise term) of the last
         # round it was a candidate in this process (not persisted; see `finish`)
@@ -368,7 +377,8 @@ class MechanismRun:
         record when it ends ("fitted"; `finish` reports the final one as "done")."""
         self._estimates = {}
         measurements = self.measurements()
-        plan = fit_plan(self.domain, [m.attributes for m in measurements], self.options, final)
+        sets = [m.attributes for m in measurements]
+        plan = fit_plan(self.domain, sets, self.options, final, self.admm_rounds)
         stage: Stage = "final fit" if final else "fitting"
         checkpoint = self.options.checkpoint
         reports = None
@@ -378,6 +388,7 @@ class MechanismRun:
             self.domain, measurements, self.options, self.model, plan, reports
         )
         if not final:  # `finish` reports the final fit's record as "done"
+            self.admm_rounds = self.admm_rounds and keeps_admm(self.fit_record, self.options)
             self._progress("fitted", fit=self.fit_record)
 
     # --- end --------------------------------------------------------------------

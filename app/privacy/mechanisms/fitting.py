@@ -7,9 +7,10 @@ back after every iteration with (iteration, loss), and the run passes that up as
 receiver's business (the service writes at most one report a second); a loss that is
 not a finite number is passed as None, so nothing that reaches JSON is NaN or ∞.
 
-Every choice a fit makes — solver, iterations, tolerance — comes from public sizes
-(the model's cells and clique structure) and the options, never from how long an
-earlier fit took: the same seed gives the same run on a quiet or a busy machine.
+Every choice a fit makes — solver, iterations, tolerance — comes from public sizes (the
+model's cells), counts that follow from the noisy releases alone (an earlier fit's
+iterations) and the options, never from how long an earlier fit took: the same seed
+gives the same run on a quiet or a busy machine.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Literal
 
 from app.pgm.domain import Domain
 from app.pgm.estimation import FitRecord, fit
-from app.pgm.junction_tree import build_junction_tree, model_cells
+from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy.mechanisms.options import MechanismOptions
@@ -57,34 +58,19 @@ def finite_or_none(value: float) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def admm_work(domain: Domain, attribute_sets: Sequence[Attrs]) -> int:
-    """A public measure of an ADMM fit's cost on the model of these measured sets: the
-    cells of each clique times the measured sets inside it, summed over the cliques.
-
-    ADMM's cost is its sparse KKT factorisation, in which each clique's cells link the
-    answer rows of every measured set inside that clique: it grows with the cells and
-    with how many measurements share them, which is why two models of the same cells
-    can differ fourfold (Adult against a 40-attribute table). Depends on the domain and
-    the measured sets only: public."""
-    tree = build_junction_tree(domain, attribute_sets)
-    inside = [0] * len(tree.cliques)
-    for attrs in {domain.canonical(a) for a in attribute_sets}:
-        inside[tree.clique_containing(attrs)] += 1
-    return sum(
-        domain.cells(clique) * max(count, 1)
-        for clique, count in zip(tree.cliques, inside, strict=True)
-    )
+def admm_work(record: FitRecord) -> int:
+    """A fit's work as a count: the model's cells × the iterations it ran. A between-round
+    ADMM fit's time is about 0.3 µs of it (2 cores), but unlike the time it is the same on
+    a quiet or a busy machine: the cells are public and the iterations follow from the
+    noisy releases alone."""
+    return record.model_cells * record.iterations
 
 
-def round_solver(domain: Domain, attribute_sets: Sequence[Attrs], options: MechanismOptions) -> str:
-    """The solver of a between-round fit with "auto": ADMM (to convergence) while the
-    model is at most `round_admm_max_cells` cells and its `admm_work` at most
-    `round_admm_max_work`, else bounded mirror descent. Public sizes only."""
-    if model_cells(domain, attribute_sets) > options.round_admm_max_cells:
-        return "mirror_descent"
-    if admm_work(domain, attribute_sets) > options.round_admm_max_work:
-        return "mirror_descent"
-    return "admm"
+def keeps_admm(record: FitRecord, options: MechanismOptions) -> bool:
+    """Whether later between-round fits may still use ADMM after this one: while an ADMM
+    fit's `admm_work` is at most `round_admm_max_work` (models only grow within a run,
+    so once it is more, it stays more)."""
+    return record.solver != "admm" or admm_work(record) <= options.round_admm_max_work
 
 
 @dataclass(frozen=True)
@@ -97,25 +83,33 @@ class FitPlan:
 
 
 def fit_plan(
-    domain: Domain, attribute_sets: Sequence[Attrs], options: MechanismOptions, final: bool
+    domain: Domain,
+    attribute_sets: Sequence[Attrs],
+    options: MechanismOptions,
+    final: bool,
+    admm: bool = True,
 ) -> FitPlan:
     """The plan of a between-round fit, or (`final`) of the run's last one.
 
-    Between rounds, "auto" is `round_solver`; a mirror-descent fit there runs at most
-    `round_fit_work` cells × iterations (at least `round_min_iterations`) and stops early
+    Between rounds, "auto" is ADMM to convergence while the model is at most
+    `round_admm_max_cells` cells and `admm` (no earlier fit of the run was more work
+    than `round_admm_max_work`: `keeps_admm`), else mirror descent of at most
+    `round_fit_work` cells × iterations (at least `round_min_iterations`) stopped early
     at `round_fit_tolerance`. ADMM between rounds runs to the final fit's tolerance (it
-    converges in a few hundred cheap iterations). The final fit runs
-    `final_fit_solver` for at most `final_fit_iterations` to `fit_tolerance`."""
+    converges in a few hundred cheap iterations). The final fit runs `final_fit_solver`
+    for at most `final_fit_iterations` to `fit_tolerance`. Public sizes and counts only."""
     if final:
         return FitPlan(
             options.final_fit_solver, options.final_fit_iterations, options.fit_tolerance
         )
     solver = options.fit_solver
     iterations = options.fit_iterations
+    cells = model_cells(domain, attribute_sets)
     if solver == "auto":
-        solver = round_solver(domain, attribute_sets, options)
+        small = cells <= options.round_admm_max_cells
+        solver = "admm" if admm and small else "mirror_descent"
     if solver == "mirror_descent":
-        by_work = options.round_fit_work // max(model_cells(domain, attribute_sets), 1)
+        by_work = options.round_fit_work // max(cells, 1)
         iterations = max(options.round_min_iterations, min(iterations, by_work))
         return FitPlan(solver, iterations, options.round_fit_tolerance)
     return FitPlan(solver, iterations, options.fit_tolerance)

@@ -75,13 +75,13 @@ class MechanismOptions:
     # with it (mirror descent does ~0.15 µs of work a cell-iteration on 2 cores).
     round_fit_work: int = 5_000_000
     round_min_iterations: int = 10
-    # ADMM's cost is its sparse factorisation, which grows with the tree's separators and
-    # the measurements sharing each clique, not only its cells: at 150k cells it took 0.8 s
-    # on Adult but 3 s (twice a fit) on a 40-attribute table. Between rounds, ADMM is used
-    # only while the model's `fitting.admm_work` (each clique's cells times the measured
-    # sets inside it: public sizes, never a fit's time) is at most this; above it, bounded
-    # mirror descent. Runs with few rounds on small models, like Adult's, never reach it.
-    round_admm_max_work: int = 600_000
+    # A between-round ADMM fit's time is about 0.3 µs a cell-iteration (2 cores), and
+    # how many iterations it needs depends on the measurements. Once one of the run's
+    # between-round ADMM fits is more than this many cells × iterations (about 2 s), its
+    # later between-round fits use bounded mirror descent (models only grow within a
+    # run). A count, not a time: the same on a quiet or a busy machine (`fitting`). On the
+    # bench tables it leaves ADMM where a 2 s rule on a quiet machine did (docs/mechanisms.md).
+    round_admm_max_work: int = 6_000_000
     final_fit_solver: str | None = None  # None: app.pgm's default
     final_fit_iterations: int = 500
     fit_tolerance: float = 1e-7  # of the final fit
