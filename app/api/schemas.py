@@ -388,6 +388,18 @@ class MarginalEstimateOut(BaseModel):
     expected_l1_error: float = Field(description="Expected L1 error of the marginal, in counts.")
 
 
+class RunTimeOut(BaseModel):
+    """What a mechanism's `expected_seconds` is made of (public sizes only)."""
+
+    selection_rounds: int = Field(description="Rounds that select and refit (at most).")
+    seconds_per_round: float
+    model_cells_at_most: int = Field(
+        description="The largest model the request allows: the estimate's assumption."
+    )
+    final_fit_seconds: float
+    note: str
+
+
 class DryRunOut(BaseModel):
     """What a measurement or mechanism request would cost and how accurate it would be."""
 
@@ -451,4 +463,10 @@ class DryRunOut(BaseModel):
     oneway: list[MarginalEstimateOut] | None = Field(
         default=None, description="AIM: the one-way marginals it measures first."
     )
+    expected_seconds: float | None = Field(
+        default=None,
+        description="A mechanism: its expected run time once running, in seconds, for the "
+        "largest model the request allows (the upper end; from public sizes only).",
+    )
+    run_time: RunTimeOut | None = None
     note: str | None = None
