@@ -125,6 +125,7 @@ class MechanismProgress:
         self.times = RunTimes(final_fit_solver, final_fit_iterations)
         self._last_write: float | None = None
         self._last_event = clock()  # when the last round was stored or fit ended
+        self._last_round = self._last_event  # when the last round was stored
         self._last_rho: float | None = None
         self._fit_since_round = False
 
@@ -150,14 +151,14 @@ class MechanismProgress:
     def _observe(self, progress: Progress, now: float) -> None:
         """Time a stored round (if a fit came before it: a selection round) or a fit."""
         if progress.stage == "measured":
-            if self._fit_since_round:
-                self.times.round_seconds.append(now - self._last_event)
+            if self._fit_since_round:  # a round's time: its fit, selection and draw
+                self.times.round_seconds.append(now - self._last_round)
             spent = None if self._last_rho is None else progress.rho_used - self._last_rho
             first = self.times.last_round_rho is None
             if spent is not None and spent > 0 and (self._fit_since_round or first):
                 self.times.last_round_rho = spent
             self._fit_since_round = False
-            self._last_event = now
+            self._last_event = self._last_round = now
         elif progress.stage == "fitted" and progress.fit is not None:
             self.times.fitted(progress.fit)
             self._fit_since_round = True

@@ -50,13 +50,14 @@ def test_eta_is_mean_round_time_times_rounds_left_plus_the_final_fit() -> None:
     assert first is not None and first["eta_seconds"] is None
     clock.now = 1.0
     assert reports.update(event("fitted", 1, 0.05, fit=fitted(0.5, 100, 1000)))
-    # A selection round of ρ 0.1, 3 s after the fit before it ended: 4 s from the round.
+    # A selection round of ρ 0.1, stored 4 s after the round before it (its fit, its
+    # selection and its draw).
     clock.now = 4.0
     update = reports.update(event("measured", 2, 0.15))
     assert update is not None
-    # rounds left: (1 − 0.15) / 0.1 = 8.5, at 3 s each; the final fit (ADMM at 1,000
+    # rounds left: (1 − 0.15) / 0.1 = 8.5, at 4 s each; the final fit (ADMM at 1,000
     # cells): as many iterations as its last fit, at its 5 µs a cell-iteration: 0.5 s.
-    assert update["eta_seconds"] == pytest.approx(8.5 * 3.0 + 0.5)
+    assert update["eta_seconds"] == pytest.approx(8.5 * 4.0 + 0.5)
     assert update["stage"] == "round measured" and update["rounds_done"] == 2
 
 
