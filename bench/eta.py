@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--table", default="adult")
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--rows", type=int, default=None)
+    parser.add_argument("--trace", action="store_true", help="every ETA to stderr")
     args = parser.parse_args()
     domain, data = load_dataset(args.table, args.rows)
     workload = list(combinations(domain.attributes, 2))
@@ -66,6 +67,12 @@ def main() -> None:
     )
     ended = time.monotonic()
     total = ended - started
+    if args.trace:
+        for at, eta, stage in etas:
+            print(
+                f"{at - started:7.1f} s  ETA {eta:7.1f}  left {ended - at:7.1f}  {stage}",
+                file=sys.stderr,
+            )
 
     def error_at(share: float) -> float | None:
         after = [(at, eta) for at, eta, _ in etas if at - started >= share * total]

@@ -9,16 +9,18 @@ other report at once.
 
 The ETA (`eta_seconds`) is estimated from this job's own timings, in this process:
 
-- rounds left × the mean time of the rounds that had a fit before them (AIM's one-way
-  rounds, drawn back to back, take no time worth counting): rounds left is the ρ not
+- rounds left × the mean time of the last `RECENT_ROUNDS` rounds that had a fit before
+  them (AIM's one-way rounds, drawn back to back, take no time worth counting; later
+  rounds are slower, on a larger model): rounds left is the ρ not
   yet used divided by the last such round's ρ (AIM anneals, so its rounds get dearer
   and fewer; MWEM's all cost the same);
 - plus the final fit: the model's cells × the iterations it will run × the seconds a
   cell-iteration took in this run's last fit with the same solver (mirror descent runs
   its cap at the final fit's tolerance; ADMM converges in about as many iterations as
   its last fit between rounds);
-- during the final fit: its iterations left to the cap × its own seconds an iteration
-  (an upper bound: it may converge sooner).
+- during the final fit: its iterations left × its own seconds an iteration so far;
+  left to its cap for mirror descent, and for ADMM to as many as the run's last ADMM
+  fit took (if it has not run more already).
 
 It is null where there is nothing to estimate from (no round timed yet, no fit of the
 final fit's solver timed). The ETA is for display: nothing in the run reads it, and it
@@ -39,6 +41,9 @@ from app.pgm.estimation import ADMM_MAX_CELLS, FitRecord
 from app.privacy.mechanisms import Progress
 
 MIN_REPORT_SECONDS = 1.0
+# A round's expected time is the mean of the last few rounds' (rounds slow down as the
+# model grows).
+RECENT_ROUNDS = 5
 # Progress stages, as the job shows them (the mechanism's round stages keep their names).
 STAGE_NAMES = {
     "measured": "round measured",
@@ -103,7 +108,17 @@ class RunTimes:
         if not self.round_seconds or not self.last_round_rho:
             return None
         rounds_left = max(rho_left, 0.0) / self.last_round_rho
-        return rounds_left * sum(self.round_seconds) / len(self.round_seconds)
+        recent = self.round_seconds[-RECENT_ROUNDS:]
+        return rounds_left * sum(recent) / len(recent)
+
+    def final_fit_iterations_left(self, iteration: int, cap: int) -> int:
+        """Iterations the running final fit has left: to its cap, or (ADMM, which
+        converges first) to as many as the run's last ADMM fit took, if more than now."""
+        expected, cells = cap, self.model_cells
+        admm = cells is not None and final_solver(self.final_solver, cells) == "admm"
+        if admm and "admm" in self.fits:
+            expected = min(cap, max(self.fits["admm"][1], iteration + 1))
+        return max(expected - iteration, 0)
 
 
 class MechanismProgress:
@@ -187,7 +202,7 @@ class MechanismProgress:
             if iteration <= 0 or cap is None:
                 return finite(self.times.final_fit_seconds())
             per_iteration = (now - self._last_event) / iteration
-            return finite(max(cap - iteration, 0) * per_iteration)
+            return finite(self.times.final_fit_iterations_left(iteration, cap) * per_iteration)
         rounds = self.times.rounds_seconds(progress.rho_total - progress.rho_used)
         final = self.times.final_fit_seconds()
         if rounds is None or final is None:

@@ -109,3 +109,20 @@ def test_the_api_s_eta_counts_down_from_when_it_was_written() -> None:
     assert eta_now("succeeded", progress, written) is None
     assert eta_now("running", {"eta_seconds": None}, written) is None
     assert eta_now("running", {"eta_seconds": 3.0, "updated_at": "garbage"}, written) is None
+
+
+def test_an_admm_final_fit_is_expected_to_run_as_long_as_the_last_admm_fit() -> None:
+    clock = Clock()
+    reports = MechanismProgress(
+        rho_total=1.0, final_fit_solver="auto", final_fit_iterations=500, clock=clock
+    )
+    reports.update(event("fitted", 1, 0.5, fit=fitted(0.6, 120, 1000)))  # ADMM: 120 its
+    reports.update(event("measured", 2, 1.0))
+    clock.now = 6.0
+    update = reports.update(event("final fit", 2, 1.0, iteration=60, max_iterations=500, loss=3.0))
+    assert update is not None
+    # 0.1 s an iteration so far; ADMM converges: to 120 iterations, not to the cap of 500
+    assert update["eta_seconds"] == pytest.approx((120 - 60) * 0.1)
+    clock.now = 20.0
+    late = reports.update(event("final fit", 2, 1.0, iteration=200, max_iterations=500))
+    assert late is not None and late["eta_seconds"] == pytest.approx(1 * 0.1)
