@@ -42,7 +42,11 @@ def main() -> None:
     options = MechanismOptions()
     rounds_t = aim_schedule(domain, rho, options, workload)[0]
     expected = expected_run_time(
-        domain, workload, max_model_cells=options.max_model_cells, selection_rounds=rounds_t
+        domain,
+        workload,
+        rho=rho,
+        max_model_cells=options.max_model_cells,
+        selection_rounds=rounds_t,
     )
     reports = MechanismProgress(
         rho_total=rho,
@@ -94,7 +98,8 @@ def main() -> None:
                 "epsilon": args.epsilon,
                 "seconds": round(total, 1),
                 "dry_run_expected_seconds": expected["expected_seconds"],
-                "dry_run_model_cells_at_most": expected["run_time"]["model_cells_at_most"],
+                "dry_run_expected_model_cells": expected["run_time"]["expected_model_cells"],
+                "dry_run_at_most_seconds": expected["run_time"]["at_most_seconds"],
                 "etas_written": len(etas),
                 "first_eta_after_seconds": round(etas[0][0] - started, 1) if etas else None,
                 "eta_error_at_25%": error_at(0.25),

@@ -393,10 +393,12 @@ class RunTimeOut(BaseModel):
 
     selection_rounds: int = Field(description="Rounds that select and refit (at most).")
     seconds_per_round: float
-    model_cells_at_most: int = Field(
-        description="The largest model the request allows: the estimate's assumption."
+    expected_model_cells: int = Field(
+        description="The final model a run at this ρ typically builds: the assumption."
     )
     final_fit_seconds: float
+    model_cells_at_most: int = Field(description="The largest model the request allows.")
+    at_most_seconds: float = Field(description="The run time if the model grows that large.")
     note: str
 
 
@@ -465,8 +467,8 @@ class DryRunOut(BaseModel):
     )
     expected_seconds: float | None = Field(
         default=None,
-        description="A mechanism: its expected run time once running, in seconds, for the "
-        "largest model the request allows (the upper end; from public sizes only).",
+        description="A mechanism: its expected run time once running, in seconds, from "
+        "public sizes and ρ only (never the rows); `run_time` gives the basis.",
     )
     run_time: RunTimeOut | None = None
     note: str | None = None

@@ -16,8 +16,8 @@ are for its schedule: AIM measures every one-way marginal of the workload's
 attributes at σ₀, then workload marginals at σ₀ or, once it anneals, smaller σ — so
 σ₀'s errors bound those of every marginal it measures; MWEM measures one chosen
 workload marginal per round at one σ. Its `expected_seconds` is the run time expected
-for the largest model the request allows (`app.services.run_time`: public sizes only,
-never the rows).
+from public sizes and ρ only, never the rows (`app.services.run_time`), and `run_time`
+gives its basis and the figure for the largest model the request allows.
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ def mechanism(
     run_time = expected_run_time(
         domain,
         workload_sets,
+        rho=run_rho,
         max_model_cells=params["max_model_cells"],
         selection_rounds=total_rounds,
     )

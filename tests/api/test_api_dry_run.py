@@ -152,7 +152,6 @@ def test_dry_run_is_documented_in_openapi(client) -> None:
 
 
 def test_a_mechanism_s_dry_run_expects_a_run_time_from_public_sizes_only(client, api) -> None:
-    from app.privacy.mechanisms.options import MechanismOptions
     from app.services import run_time
 
     tenant = api.create_tenant()
@@ -173,13 +172,16 @@ def test_a_mechanism_s_dry_run_expects_a_run_time_from_public_sizes_only(client,
     assert answers[0]["expected_seconds"] == answers[1]["expected_seconds"]
     estimate = answers[0]
     basis = estimate["run_time"]
-    # sex × age: the largest model is their one 10-cell marginal
-    assert basis["model_cells_at_most"] == 10 and basis["selection_rounds"] == 8
-    final_fit = 10 * MechanismOptions().final_fit_iterations * 0.4e-6
+    # sex × age: the largest model is their one 10-cell marginal, and the typical one too
+    assert basis["model_cells_at_most"] == basis["expected_model_cells"] == 10
+    assert basis["selection_rounds"] == 8
+    final_fit = 10 * run_time.FINAL_ADMM_ITERATIONS * 0.4e-6  # ADMM at 10 cells
     assert basis["final_fit_seconds"] == pytest.approx(final_fit, abs=0.05)
-    per_round = 5 * run_time.ROUND_FIT_ITERATIONS * 0.4e-6 + run_time.SELECTION_SECONDS
+    share = run_time.ROUND_MODEL_SHARE * run_time.ROUND_FIT_ITERATIONS
+    per_round = 10 * share * 0.4e-6 + run_time.SELECTION_SECONDS
     assert basis["seconds_per_round"] == pytest.approx(per_round, abs=1e-3)
     assert estimate["expected_seconds"] == pytest.approx(8 * per_round + final_fit, abs=0.1)
+    assert basis["at_most_seconds"] == estimate["expected_seconds"]
 
     # A larger model (the cap allows it) is expected to take longer; MWEM has one too.
     wide = api.upload_dataset(
@@ -204,4 +206,5 @@ def test_a_mechanism_s_dry_run_expects_a_run_time_from_public_sizes_only(client,
         timed[cap] = response.json()
     assert timed[2000]["run_time"]["model_cells_at_most"] == 2000  # the cap
     assert timed[64000]["run_time"]["model_cells_at_most"] == 2 * 1600  # a-b, b-c
-    assert timed[64000]["expected_seconds"] > timed[2000]["expected_seconds"] > 0
+    assert timed[64000]["run_time"]["at_most_seconds"] > timed[2000]["run_time"]["at_most_seconds"]
+    assert timed[2000]["expected_seconds"] > 0
