@@ -22,11 +22,11 @@ and the answer also gives the figure for the largest model the request allows
 The constants come from this machine (2 cores): a mirror-descent iteration takes about
 0.4 µs a cell (issue 45's table: 500 iterations on 2.4M cells in 474 s on a quiet
 machine), an ADMM iteration 0.23–0.48 µs a cell (bench tables, CPU time). Against
-runs of AIM over all pairs (bench/eta.py, on a machine at load 7–20): Adult at ε = 1
-took 31–56 s (expected: 44 s; at most: 2,140 s), skewed 14 s (44 s); scale took 74–84 s
-at load 2–3 (docs/scaling.md; 117 s); issue 45's table at ρ = 0.5 took 592 s on a quiet
-machine (614 s; one of the calibration points). Within a factor of about three: a
-figure to plan by, not a promise.
+runs of AIM over all pairs (bench/eta.py): Adult at ε = 1 took 31 and 56 s at load 7–17
+and 190 s at load 20 (expected: 44 s; at most: 2,140 s), skewed 14 s (44 s); scale took
+74–84 s at load 2–3 (docs/scaling.md; 117 s); issue 45's table at ρ = 0.5 took 592 s on
+a quiet machine (614 s; one of the calibration points). A figure to plan by on a quiet
+machine, within a factor of about three, not a promise.
 """
 
 from __future__ import annotations
