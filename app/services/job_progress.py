@@ -20,7 +20,7 @@ The ETA (`eta_seconds`) is estimated from this job's own timings, in this proces
   its last fit between rounds);
 - during the final fit: its iterations left × its own seconds an iteration so far;
   left to its cap for mirror descent, and for ADMM to as many as the run's last ADMM
-  fit took (if it has not run more already).
+  fit took or, once past that, as many again as it has run.
 
 It is null where there is nothing to estimate from (no round timed yet, no fit of the
 final fit's solver timed). The ETA is for display: nothing in the run reads it, and it
@@ -113,11 +113,13 @@ class RunTimes:
 
     def final_fit_iterations_left(self, iteration: int, cap: int) -> int:
         """Iterations the running final fit has left: to its cap, or (ADMM, which
-        converges first) to as many as the run's last ADMM fit took, if more than now."""
+        converges first) to as many as the run's last ADMM fit took, or twice as many as
+        it has run if that is more."""
         expected, cells = cap, self.model_cells
         admm = cells is not None and final_solver(self.final_solver, cells) == "admm"
         if admm and "admm" in self.fits:
-            expected = min(cap, max(self.fits["admm"][1], iteration + 1))
+            # past that, as many again as it has run (it is converging more slowly)
+            expected = min(cap, max(self.fits["admm"][1], 2 * iteration))
         return max(expected - iteration, 0)
 
 
