@@ -4,7 +4,8 @@
 seconds) until the job succeeds, fails or is cancelled, and shows a progress bar
 (tqdm) when someone is watching: stderr is a terminal, or the code runs in a Jupyter
 kernel. The bar's fraction is the ρ a mechanism has used of its charge, or the stage
-a measurement job is at; the fit's iteration and loss follow it.
+a measurement job is at; the fit's iteration and loss follow it, and a mechanism's
+expected time left (`eta_seconds`) where the service can estimate it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ STAGE_FRACTIONS = {
 }
 
 
+# Stages during which a fit reports its iteration and loss (a measurement job's fit, a
+# mechanism's fits between rounds, its final fit).
+FIT_STAGES = frozenset({"fitting", "round fitting", "final fit"})
+
+
 def watched() -> bool:
     """True if a person can see a progress bar: a terminal on stderr, or a Jupyter kernel."""
     stream = sys.stderr
@@ -56,6 +62,10 @@ def progress_fraction(info: Json) -> float:
     used, total = progress.get("rho_used"), progress.get("rho_total")
     if isinstance(used, int | float) and isinstance(total, int | float) and total > 0:
         # A mechanism: its rounds spend the charge; the final fit is the last tenth.
+        iteration, cap = progress.get("iteration"), progress.get("max_iterations")
+        final_fit = progress.get("stage") == "final fit"
+        if final_fit and isinstance(iteration, int) and isinstance(cap, int) and cap > 0:
+            return 0.9 + 0.1 * min(max(iteration / cap, 0.0), 1.0)
         return min(max(0.9 * used / total, 0.0), 0.9)
     stage = str(progress.get("stage", ""))
     return STAGE_FRACTIONS.get(stage, 0.0)
@@ -69,11 +79,23 @@ def progress_text(info: Json) -> str:
         parts.append(f"position {info['queue_position']} in the queue")
     if isinstance(progress.get("rounds_done"), int) and info.get("status") == "running":
         parts.append(f"{progress['rounds_done']} rounds")
-    if progress.get("stage") == "fitting" and isinstance(progress.get("iteration"), int):
+    if progress.get("stage") in FIT_STAGES and isinstance(progress.get("iteration"), int):
         parts.append(f"iteration {progress['iteration']}")
         if isinstance(progress.get("loss"), int | float):
             parts.append(f"loss {progress['loss']:.4g}")
+    eta = info.get("eta_seconds")
+    if isinstance(eta, int | float) and info.get("status") == "running":
+        parts.append(f"about {format_seconds(eta)} left")
     return " · ".join(part for part in parts if part)
+
+
+def format_seconds(seconds: float) -> str:
+    """`42 s`, `3 min`, `1.5 h`: an ETA as a person reads it."""
+    if seconds < 90:
+        return f"{max(seconds, 0.0):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 class Job:
@@ -113,6 +135,13 @@ class Job:
         """While queued: its place in the queue (1 = next), as of the last refresh."""
         position = self.info.get("queue_position")
         return position if isinstance(position, int) else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """While a mechanism job runs: the seconds it is expected to take still (from its
+        own rounds and fits so far), as of the last `refresh`; None where unknown."""
+        eta = self.info.get("eta_seconds")
+        return float(eta) if isinstance(eta, int | float) else None
 
     @property
     def error(self) -> str | None:

@@ -418,6 +418,20 @@ class MarginalEstimateOut(BaseModel):
     expected_l1_error: float = Field(description="Expected L1 error of the marginal, in counts.")
 
 
+class RunTimeOut(BaseModel):
+    """What a mechanism's `expected_seconds` is made of (public sizes only)."""
+
+    selection_rounds: int = Field(description="Rounds that select and refit (at most).")
+    seconds_per_round: float
+    expected_model_cells: int = Field(
+        description="The final model a run at this ρ typically builds: the assumption."
+    )
+    final_fit_seconds: float
+    model_cells_at_most: int = Field(description="The largest model the request allows.")
+    at_most_seconds: float = Field(description="The run time if the model grows that large.")
+    note: str
+
+
 class DryRunOut(BaseModel):
     """What a measurement or mechanism request would cost and how accurate it would be."""
 
@@ -481,4 +495,10 @@ class DryRunOut(BaseModel):
     oneway: list[MarginalEstimateOut] | None = Field(
         default=None, description="AIM: the one-way marginals it measures first."
     )
+    expected_seconds: float | None = Field(
+        default=None,
+        description="A mechanism: its expected run time once running, in seconds, from "
+        "public sizes and ρ only (never the rows); `run_time` gives the basis.",
+    )
+    run_time: RunTimeOut | None = None
     note: str | None = None

@@ -38,7 +38,15 @@ from dataclasses import dataclass, field
 
 from app.pgm import cgm, shrinkage
 from app.pgm.domain import Domain
-from app.pgm.estimators import Callback, Estimator, FitRun, admm, dual_averaging, mirror_descent
+from app.pgm.estimators import (
+    Callback,
+    Estimator,
+    FitRun,
+    Heartbeat,
+    admm,
+    dual_averaging,
+    mirror_descent,
+)
 from app.pgm.junction_tree import build_junction_tree
 from app.pgm.measurement import Measurement, estimate_total
 from app.pgm.model import GraphicalModel
@@ -88,6 +96,7 @@ def fit(
     callback: Callback | None = None,
     max_model_cells: int | None = None,
     heuristic: str = "best",
+    heartbeat: Heartbeat | None = None,
 ) -> tuple[GraphicalModel, FitRecord]:
     """Fit the graphical model that best explains the measurements.
 
@@ -97,7 +106,10 @@ def fit(
     `estimator`: "mle", or "cgm-em" to continue from the solver's optimum with CGM-EM (its
     iterations are reported after the solver's, under the same cap and tolerance), or
     "stein" to fit the measurements with their one-way values shrunk (`app.pgm.shrinkage`).
-    `callback(iteration, loss)` is called after every iteration.
+    `callback(iteration, loss)` is called after every iteration, and `heartbeat()` after
+    every other step that may take seconds (building the problem, a factorisation, a
+    proportional-fitting sweep, the final model's loss): a caller that reports progress
+    or may stop hears from the fit at least that often.
     Raises ModelTooLarge (from the junction tree) when the model would exceed
     `max_model_cells`, before any numerical work; ValueError for bad measurements, an
     unknown solver, or dual averaging with Laplace measurements.
@@ -121,11 +133,14 @@ def fit(
         solver = "admm" if tree.total_cells <= ADMM_MAX_CELLS else "mirror_descent"
     total = estimate_total(measurements)
     problem = FitProblem(tree, measurements, total)
-    run = FitRun(problem, max_iterations, tolerance, callback)
+    run = FitRun(problem, max_iterations, tolerance, callback, heartbeat)
+    run.tick()  # the tree and the problem are built (seconds on a large model)
     theta = problem.warm_theta(warm_start)
     model = ESTIMATORS[solver](run, theta, warm=warm_start is not None)
+    run.tick()
     if estimator == cgm.ESTIMATOR:
         model = cgm.refine(run, model)
+        run.tick()
     final_p = problem.probabilities(problem.warm_theta(model))
     record = FitRecord(
         solver=solver,

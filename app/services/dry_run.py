@@ -15,7 +15,9 @@ For a mechanism, the marginals it will measure are not known in advance. The fig
 are for its schedule: AIM measures every one-way marginal of the workload's
 attributes at σ₀, then workload marginals at σ₀ or, once it anneals, smaller σ — so
 σ₀'s errors bound those of every marginal it measures; MWEM measures one chosen
-workload marginal per round at one σ.
+workload marginal per round at one σ. Its `expected_seconds` is the run time expected
+from public sizes and ρ only, never the rows (`app.services.run_time`), and `run_time`
+gives its basis and the figure for the largest model the request allows.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from app.services import ledger, unit_accounting
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
 from app.services.rho import units_to_decimal_str, units_to_rho
+from app.services.run_time import expected_run_time
 
 
 def marginal_estimates(
@@ -170,10 +173,18 @@ def mechanism(
             "note": "MWEM measures one workload marginal per round, chosen by the "
             "exponential mechanism, at sigma (the last round may use a hair less)",
         }
+    run_time = expected_run_time(
+        domain,
+        workload_sets,
+        rho=run_rho,
+        max_model_cells=params["max_model_cells"],
+        selection_rounds=total_rounds,
+    )
     return {
         **_budget_after(
             session, tenant_id=tenant_id, dataset_id=dataset_id, rho_units=units, delta=delta
         ),
+        **run_time,
         "mechanism": kind,
         "noise": "gaussian",
         "sigma": sigma,

@@ -167,15 +167,22 @@ def fit_now(
     base = [i for i in usable if i <= fitted_before]
     new = [i for i in usable if i > fitted_before]
     last_report = 0.0
+    last: dict[str, object] = {"stage": "fitting", "iteration": 0, "loss": None}
 
-    def on_iteration(iteration: int, loss: float) -> None:
+    def on_heartbeat() -> None:
+        """After every iteration, and every other step of the fit that may take seconds."""
         nonlocal last_report
         if checkpoint is not None:
             checkpoint()
         now = time.monotonic()
         if now - last_report >= 0.5:
             last_report = now
-            progress({"stage": "fitting", "iteration": iteration, "loss": float(loss)})
+            progress(dict(last))
+
+    def on_iteration(iteration: int, loss: float) -> None:
+        # a loss that is not a finite number (JSON has none) is reported as null
+        last.update(iteration=iteration, loss=float(loss) if math.isfinite(loss) else None)
+        on_heartbeat()
 
     def fit_over(ids: list[int]) -> tuple[GraphicalModel, FitRecord]:
         return quarantine.checked_fit(
@@ -187,6 +194,7 @@ def fit_now(
             max_iterations=options.max_iterations,
             tolerance=options.tolerance,
             callback=on_iteration,
+            heartbeat=on_heartbeat,
             max_model_cells=options.max_model_cells,
         )
 

@@ -62,7 +62,16 @@ from app.privacy.mechanisms import (
 )
 from app.privacy.mechanisms.aim import PAPER_SCHEDULE
 from app.services import datasets as dataset_service
-from app.services import fits, gate, jobs, ledger, quarantine, queue, unit_accounting
+from app.services import (
+    fits,
+    gate,
+    job_progress,
+    jobs,
+    ledger,
+    quarantine,
+    queue,
+    unit_accounting,
+)
 from app.services import measurements as measurement_service
 from app.services.jobs import JobRunner
 from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, units_to_rho
@@ -317,21 +326,6 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
                 details=_round_details(round_),
             )
 
-    def on_progress(progress: Progress) -> None:
-        worker.progress(
-            job,
-            {
-                "stage": f"round {progress.stage}",
-                "round": progress.round_index,
-                "rounds_done": progress.rounds_done,
-                "attributes": list(progress.attributes),
-                "rho_used": progress.rho_used,
-                "rho_total": units_to_rho(params["rho_units"]),
-            },
-        )
-        if progress.pause_point:
-            yield_if_others_wait(worker, job)
-
     options = MechanismOptions(
         max_model_cells=params["max_model_cells"],
         rounds=params.get("rounds"),
@@ -341,6 +335,20 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
         # A stop asked for during a fit (the final one included) is honoured there.
         checkpoint=worker.checkpoint,
     )
+    # The job's progress: every round, fit iterations at most once a second, and the ETA.
+    reports = job_progress.MechanismProgress(
+        rho_total=units_to_rho(params["rho_units"]),
+        final_fit_solver=options.final_fit_solver,
+        final_fit_iterations=options.final_fit_iterations,
+    )
+
+    def on_progress(progress: Progress) -> None:
+        update = reports.update(progress)
+        if update is not None:
+            worker.progress(job, update)
+        if progress.pause_point:
+            yield_if_others_wait(worker, job)
+
     try:
         result = RUNNERS[job.kind](
             domain,

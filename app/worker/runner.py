@@ -277,8 +277,9 @@ class Worker:
 
         Every report is made at a safe point (before a gate, after a round or a
         measurement is stored, between fit iterations), so a stop asked for is honoured
-        here once the progress is recorded."""
-        self._last_progress = {**self._last_progress, **update}
+        here once the progress is recorded. `updated_at` says when (an ETA in it is as of
+        then)."""
+        self._last_progress = {**self._last_progress, **update, "updated_at": utcnow().isoformat()}
         with self.database.unit_of_work() as session:
             held = jobs.renew(
                 session,

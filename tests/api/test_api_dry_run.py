@@ -149,3 +149,62 @@ def test_dry_run_is_documented_in_openapi(client) -> None:
         assert operation["responses"]["200"]["content"]["application/json"]["schema"] == {
             "$ref": "#/components/schemas/DryRunOut"
         }
+
+
+def test_a_mechanism_s_dry_run_expects_a_run_time_from_public_sizes_only(client, api) -> None:
+    from app.services import run_time
+
+    tenant = api.create_tenant()
+    few = api.upload_dataset()  # five rows
+    many = api.upload_dataset("sex,age\n" + "F,23\nM,41\nM,70\n" * 400)  # same schema
+    answers = []
+    for dataset in (few, many):
+        api.grant(dataset["id"], tenant["id"], 1)
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/mechanisms/aim",
+            params={"dry_run": True},
+            json={"rho": 0.5},
+            headers=tenant["headers"],
+        )
+        assert response.status_code == 200, response.text
+        answers.append(response.json())
+    # The rows never enter: two tables of one schema and different sizes, one estimate.
+    assert answers[0]["expected_seconds"] == answers[1]["expected_seconds"]
+    estimate = answers[0]
+    basis = estimate["run_time"]
+    # sex × age: the largest model is their one 10-cell marginal, and the typical one too
+    assert basis["model_cells_at_most"] == basis["expected_model_cells"] == 10
+    assert basis["selection_rounds"] == 8
+    final_fit = 10 * run_time.FINAL_ADMM_ITERATIONS * 0.4e-6  # ADMM at 10 cells
+    assert basis["final_fit_seconds"] == pytest.approx(final_fit, abs=0.05)
+    share = run_time.ROUND_MODEL_SHARE * run_time.ROUND_FIT_ITERATIONS
+    per_round = 10 * share * 0.4e-6 + run_time.SELECTION_SECONDS
+    assert basis["seconds_per_round"] == pytest.approx(per_round, abs=1e-3)
+    assert estimate["expected_seconds"] == pytest.approx(8 * per_round + final_fit, abs=0.1)
+    assert basis["at_most_seconds"] == estimate["expected_seconds"]
+
+    # A larger model (the cap allows it) is expected to take longer; MWEM has one too.
+    wide = api.upload_dataset(
+        "a,b,c\n0,1,2\n",
+        {
+            "attributes": [
+                {"name": name, "type": "categorical", "values": [str(v) for v in range(40)]}
+                for name in ("a", "b", "c")
+            ]
+        },
+    )
+    api.grant(wide["id"], tenant["id"], 1)
+    timed = {}
+    for cap in (2000, 64000):
+        response = client.post(
+            f"/v1/datasets/{wide['id']}/mechanisms/mwem",
+            params={"dry_run": True},
+            json={"rho": 0.5, "max_model_cells": cap, "workload": [["a", "b"], ["b", "c"]]},
+            headers=tenant["headers"],
+        )
+        assert response.status_code == 200, response.text
+        timed[cap] = response.json()
+    assert timed[2000]["run_time"]["model_cells_at_most"] == 2000  # the cap
+    assert timed[64000]["run_time"]["model_cells_at_most"] == 2 * 1600  # a-b, b-c
+    assert timed[64000]["run_time"]["at_most_seconds"] > timed[2000]["run_time"]["at_most_seconds"]
+    assert timed[2000]["expected_seconds"] > 0

@@ -21,7 +21,7 @@ import pytest
 
 from privq_client import AdminClient, ApiError, Client, JobFailed, JobTimeout, TransportError
 from privq_client.client import marginal_lists
-from privq_client.jobs import progress_fraction, progress_text
+from privq_client.jobs import Job, progress_fraction, progress_text
 from privq_client.queries import count_params, factored_query
 
 BASE = "http://privq.test"
@@ -218,6 +218,30 @@ def test_progress_follows_a_mechanisms_rho_and_a_fits_iterations() -> None:
     assert progress_fraction(running) == pytest.approx(0.45)
     assert progress_fraction({"status": "cancelled", "progress": {}}) == 1.0
     assert progress_text({"status": "running", "progress": {"stage": "measuring"}}) == "measuring"
+
+
+def test_a_final_fit_fills_the_last_tenth_and_the_eta_is_shown_while_running() -> None:
+    final_fit = {
+        "status": "running",
+        "eta_seconds": 185.0,
+        "progress": {
+            "stage": "final fit",
+            "rho_used": 1.0,
+            "rho_total": 1.0,
+            "rounds_done": 12,
+            "iteration": 250,
+            "max_iterations": 500,
+            "loss": 12.5,
+        },
+    }
+    assert progress_fraction(final_fit) == pytest.approx(0.95)
+    assert progress_text(final_fit) == (
+        "final fit · 12 rounds · iteration 250 · loss 12.5 · about 3 min left"
+    )
+    job = Job(None, "j", info=final_fit)  # type: ignore[arg-type]
+    assert job.eta_seconds == 185.0
+    done = {**final_fit, "status": "succeeded", "eta_seconds": None}
+    assert Job(None, "j", info=done).eta_seconds is None  # type: ignore[arg-type]
 
 
 def test_importing_the_client_imports_nothing_of_the_service() -> None:

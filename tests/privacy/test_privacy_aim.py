@@ -324,37 +324,53 @@ def test_each_true_marginal_is_counted_once_however_many_rounds() -> None:
 
 def _recorded_fits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     """(solver, max_iterations) of every fit the mechanism engine asks app.pgm for."""
-    from app.privacy.mechanisms import engine
+    from app.privacy.mechanisms import fitting
 
     calls: list[tuple[str, int]] = []
-    real_fit = engine.fit
+    real_fit = fitting.fit
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append((str(kwargs.get("solver", "default")), int(kwargs["max_iterations"])))  # type: ignore[call-overload]
         return real_fit(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(engine, "fit", spy)
+    monkeypatch.setattr(fitting, "fit", spy)
     return calls
 
 
-def test_between_round_fits_leave_admm_once_one_is_too_slow(
+def test_between_round_fits_leave_admm_once_one_is_too_much_work(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """ADMM between rounds while its fits are quick; after one slower than
-    `round_admm_seconds`, every later between-round fit is mirror descent."""
+    """ADMM between rounds while its fits are little work (cells × iterations, never a
+    time); after one of more than `round_admm_max_work`, every later between-round fit
+    is mirror descent."""
     truth = synthetic(3)
     calls = _recorded_fits(monkeypatch)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=MechanismOptions(rounds=8, **FAST))
     between = [solver for solver, _ in calls[:-1]]
-    assert between and set(between) == {"admm"}  # the small model fits in milliseconds
+    assert between and set(between) == {"admm"}  # the small model is little work
 
     calls.clear()
-    options = MechanismOptions(rounds=8, round_admm_seconds=1e-9, **FAST)
+    options = MechanismOptions(rounds=8, round_admm_max_work=1, **FAST)
     run_aim(DOMAIN, truth, 0.2, ALL_PAIRS[:4], options=options)
     between = [solver for solver, _ in calls[:-1]]
     assert between[0] == "admm" and len(between) > 2
     assert set(between[1:]) == {"mirror_descent"}
     assert calls[-1][1] == options.final_fit_iterations  # the final fit is not bounded
+
+
+def test_an_admm_fit_s_work_is_its_cells_times_its_iterations() -> None:
+    from app.pgm.estimation import FitRecord
+    from app.privacy.mechanisms.fitting import admm_work, keeps_admm
+
+    options = MechanismOptions(round_admm_max_work=700)
+    fitted = FitRecord(solver="admm", iterations=7, model_cells=100, seconds=3600.0)
+    assert admm_work(fitted) == 700 and keeps_admm(fitted, options)  # an hour: no matter
+    more = FitRecord(solver="admm", iterations=8, model_cells=100, seconds=0.001)
+    assert not keeps_admm(more, options)
+    descent = FitRecord(solver="mirror_descent", iterations=10**6, model_cells=10**6)
+    assert keeps_admm(descent, options)  # only ADMM's own fits decide
+    with pytest.raises(ValueError, match="round_admm_max_work"):
+        MechanismOptions(round_admm_max_work=0)
 
 
 def test_between_round_mirror_descent_is_bounded_by_work(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -41,6 +41,10 @@ function progressCell(job) {
     text += `, iteration ${progress.iteration}`;
   }
   if (fraction !== null && job.status !== "succeeded") text += ` (${formatNumber(100 * fraction, 3)}%)`;
+  if (typeof job.eta_seconds === "number" && job.status === "running") {
+    const eta = job.eta_seconds;
+    text += eta < 90 ? `, about ${Math.round(eta)} s left` : `, about ${Math.round(eta / 60)} min left`;
+  }
   parts.push(el("span", {}, text));
   if (job.error) {
     const className = job.status === "failed" ? "error-text" : "note-text";

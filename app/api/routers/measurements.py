@@ -25,15 +25,15 @@ from app.api.types import (
     Sigma,
 )
 from app.config import Settings
-from app.db import Dataset, Job
+from app.db import Dataset, Job, utcnow
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
 from app.services import dry_run as dry_run_service
+from app.services import job_progress, unit_accounting
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services import queue as queue_service
 from app.services import releases as release_service
-from app.services import unit_accounting
 from app.services.ledger import ChargeResult
 from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
@@ -130,6 +130,12 @@ class JobOut(BaseModel):
         description="While queued: its place (1 = next) in the order the workers would "
         "take the queued jobs now, tenants in turn; null otherwise.",
     )
+    eta_seconds: float | None = Field(
+        default=None,
+        description="While a mechanism job runs: the seconds it is expected to take still, "
+        "from its own rounds and fits so far (display only); null where it cannot be "
+        "estimated yet, and once it is not running.",
+    )
 
     @classmethod
     def of(cls, job: Job, queue_position: int | None = None) -> JobOut:
@@ -149,6 +155,7 @@ class JobOut(BaseModel):
             finished_at=job.finished_at,
             cancel_requested_at=job.cancel_requested_at,
             queue_position=queue_position,
+            eta_seconds=job_progress.eta_now(job.status, job.progress, utcnow()),
         )
 
 

@@ -8,7 +8,8 @@ Every estimator is a module of this package with one function of the same shape,
 belief-propagation oracle, measurement matrix, N̂); `theta` is the flat vector of
 starting log-potentials over the tree's cliques (zero, or a previous model's mapped
 onto this tree, in which case `warm` is true). The estimator reports the loss of every
-iteration with `run.report`, sets `run.converged` when its own stopping rule is met,
+iteration with `run.report` (and calls `run.tick` after any other step that may take
+seconds), sets `run.converged` when its own stopping rule is met,
 never runs more than `run.max_iterations` iterations, and returns the fitted model.
 
 The fitting loop (`app.pgm.estimation.fit`) builds the tree and the problem, picks
@@ -33,7 +34,8 @@ import numpy as np
 from app.pgm.model import GraphicalModel
 from app.pgm.problem import FitProblem
 
-Callback = Callable[[int, float], None]
+Callback = Callable[[int, float], None]  # (iteration, loss) after every iteration
+Heartbeat = Callable[[], None]  # after every other step that may take seconds
 
 
 @dataclass
@@ -44,6 +46,7 @@ class FitRun:
     max_iterations: int
     tolerance: float
     callback: Callback | None
+    heartbeat: Heartbeat | None = None
     losses: list[float] = field(default_factory=list)
     converged: bool = False
     entropy_sweeps: int = 0
@@ -52,6 +55,13 @@ class FitRun:
         self.losses.append(value)
         if self.callback is not None:
             self.callback(len(self.losses), value)
+
+    def tick(self) -> None:
+        """After a step that is no iteration but may take seconds (a factorisation, a
+        proportional-fitting sweep): `heartbeat()`, so the caller can still report
+        progress and stop there."""
+        if self.heartbeat is not None:
+            self.heartbeat()
 
     def stalled(self) -> bool:
         """Relative change of the loss below tolerance (on a loss scale of at least 1)."""

@@ -164,6 +164,7 @@ def _admm_phase(
         lu = spla.splu(
             kkt, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True}
         )
+        run.tick()  # a factorisation can take seconds on a large model
         return lu.solve
 
     # The size of the objective's linear term (OSQP's ‖q‖): Mᵀ W y for squared rows, the

@@ -70,6 +70,7 @@ def maximum_entropy(run: FitRun, p: np.ndarray, max_sweeps: int = 100) -> Graphi
                 marginal = marginal * np.exp(step)
                 marginal /= marginal.sum()
         run.entropy_sweeps = sweep
+        run.tick()
         if worst <= 1e-12:
             break
     return problem.model(problem.split(np.maximum(theta, LOG_ZERO)))

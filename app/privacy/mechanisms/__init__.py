@@ -1,7 +1,9 @@
 """Workload-adaptive mechanisms: AIM and MWEM+PGM as resumable select/measure loops.
 
-- `engine` — the select/measure run both loops drive (`MechanismRun`), its options,
-  progress reports and result: the protocol with the service.
+- `engine` — the select/measure run both loops drive (`MechanismRun`), its options
+  and result: the protocol with the service.
+- `fitting` — the run's model fits (solver and iterations from public sizes) and its
+  progress reports, every iteration of every fit included.
 - `rounds` — the persisted record of each round, and the checks of stored rounds.
 - `budget` — round costs (float and exact), the split of a round's ρ, the ρ ledger.
 - `workload` — workloads, their candidates and the model-size filter.
@@ -22,11 +24,8 @@ from app.privacy.mechanisms.bounds import (
     theorem2_bound,
     theorem4_bound,
 )
-from app.privacy.mechanisms.engine import (
-    MechanismResult,
-    Progress,
-    RoundAccess,
-)
+from app.privacy.mechanisms.engine import MechanismResult, RoundAccess
+from app.privacy.mechanisms.fitting import Progress
 from app.privacy.mechanisms.mwem import run_mwem
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Round, RoundsMismatch

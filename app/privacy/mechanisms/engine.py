@@ -11,7 +11,9 @@ BEFORE anything (the model fit) uses it; the service stores it there. A resumed 
 gets the stored rounds back as `completed_rounds`, replays them (their noise and ρ
 are reused; nothing is selected or drawn for them), takes the cost of `lost_rounds`
 (accesses recorded whose output was never stored) as spent, and continues with the
-budget that is left. Progress is reported after each round is stored and each fit.
+budget that is left. Progress is reported after each round is stored, after every
+iteration of every fit (the final one included; `app.privacy.mechanisms.fitting`) and
+after each fit.
 
 `RunArguments` are the keyword arguments every mechanism's `run_*` function takes
 besides the domain, the true marginals, ρ and the workload; they go to the run as
@@ -23,13 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import numpy as np
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord, fit
-from app.pgm.junction_tree import model_cells
+from app.pgm.estimation import FitRecord
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
 from app.privacy import noise, selection
@@ -37,6 +38,14 @@ from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms.bounds import UnmeasuredBound, theorem4_round_bound
 from app.privacy.mechanisms.budget import LEDGER_RTOL, RhoLedger
 from app.privacy.mechanisms.coarse import Candidate, Coarse, attributes_of
+from app.privacy.mechanisms.fitting import (
+    FitReports,
+    Progress,
+    Stage,
+    fit_model,
+    fit_plan,
+    keeps_admm,
+)
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import (
     Attrs,
@@ -71,24 +80,6 @@ Gate = Callable[[RoundAccess], AbstractContextManager[object]]
 
 class MechanismStateError(RuntimeError):
     """A run's state breaks the engine's own protocol: a bug, never the caller's input."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Reported after each round is stored and after each fit.
-
-    `pause_point`: the run may stop here and resume from its stored rounds losing
-    nothing but time — a round was just stored and another selection round follows
-    (after the last one, the estimates its Theorem 4 bounds need are only in memory)."""
-
-    mechanism: str
-    round_index: int
-    stage: Literal["measured", "fitted", "done"]
-    attributes: Attrs
-    rho_used: float
-    rho_total: float
-    rounds_done: int
-    pause_point: bool = False
 
 
 @dataclass
@@ -135,47 +126,6 @@ class TrueMarginals:
             found = raw.astype(np.int64).ravel()
             self._cache[attrs] = found
         return found
-
-
-def fit_model(
-    domain: Domain,
-    measurements: Sequence[Measurement],
-    options: MechanismOptions,
-    warm_start: GraphicalModel | None,
-    final: bool = False,
-    admm: bool = True,
-) -> tuple[GraphicalModel, FitRecord]:
-    """A between-round fit (or, `final`, the run's last one); `admm=False` rules ADMM out
-    between rounds (see `MechanismOptions.round_admm_seconds`)."""
-    kwargs: dict[str, Any] = {}
-    solver = options.final_fit_solver if final else options.fit_solver
-    iterations = options.final_fit_iterations if final else options.fit_iterations
-    if not final:
-        cells = model_cells(domain, [m.attributes for m in measurements])
-        if solver == "auto":
-            small = cells <= options.round_admm_max_cells
-            solver = "admm" if admm and small else "mirror_descent"
-        if solver == "mirror_descent":
-            by_work = options.round_fit_work // max(cells, 1)
-            iterations = max(options.round_min_iterations, min(iterations, by_work))
-    if solver is not None:
-        kwargs["solver"] = solver
-    if options.checkpoint is not None:
-        checkpoint = options.checkpoint
-        kwargs["callback"] = lambda _iteration, _loss: checkpoint()
-    return fit(
-        domain,
-        measurements,
-        warm_start=warm_start,
-        max_iterations=iterations,
-        # ADMM between rounds runs to the final fit's tolerance (it converges in a few
-        # hundred cheap iterations); the early stop is for mirror descent on large models.
-        tolerance=options.round_fit_tolerance
-        if not final and solver == "mirror_descent"
-        else options.fit_tolerance,
-        max_model_cells=options.max_model_cells,
-        **kwargs,
-    )
 
 
 def model_estimate(model: GraphicalModel | None, domain: Domain, attrs: Attrs) -> np.ndarray:
@@ -234,7 +184,7 @@ class MechanismRun:
         self.base_measurements = list(arguments.get("base_measurements", ()))
         self.model = arguments.get("warm_start")
         self.fit_record: FitRecord | None = None
-        # between-round fits may use ADMM until one of them is too slow (then never again)
+        # between-round fits may use ADMM until one of them is too much work (`keeps_admm`)
         self.admm_rounds = True
         # set by the mechanism once its last selection round begins: no pause point after
         self.closing = False
@@ -313,20 +263,18 @@ class MechanismRun:
             return r.project(self.estimate(r.attributes))
         return self.estimate(r)
 
-    def _progress(
-        self, stage: Literal["measured", "fitted", "done"], attrs: Attrs, pause: bool = False
-    ) -> None:
+    def _progress(self, stage: Stage, **details: Any) -> None:
         notify(
             self.on_progress,
             Progress(
                 mechanism=self.name,
                 round_index=len(self.rounds) - 1,
                 stage=stage,
-                attributes=attrs,
+                attributes=self.rounds[-1].attributes if self.rounds else (),
                 rho_used=self.ledger.used,
                 rho_total=self.ledger.charged,
                 rounds_done=len(self.rounds),
-                pause_point=pause,
+                **details,
             ),
         )
 
@@ -422,18 +370,28 @@ class MechanismRun:
         if self.on_round is not None:
             self.on_round(record)  # the service commits it here, before anything uses it
         self.rounds.append(record)
-        self._progress("measured", record.attributes, not (final or self.closing))
+        self._progress("measured", pause_point=not (final or self.closing))
         return record
 
     def refit(self, final: bool = False) -> None:
+        """Fit the model to every measurement so far (warm-started from the last model),
+        reporting each iteration as progress ("fitting", or "final fit") and the fit's
+        record when it ends ("fitted"; `finish` reports the final one as "done")."""
         self._estimates = {}
+        measurements = self.measurements()
+        sets = [m.attributes for m in measurements]
+        plan = fit_plan(self.domain, sets, self.options, final, self.admm_rounds)
+        stage: Stage = "final fit" if final else "fitting"
+        checkpoint = self.options.checkpoint
+        reports = None
+        if self.on_progress is not None or checkpoint is not None:
+            reports = FitReports(stage, plan, checkpoint, self._progress)
         self.model, self.fit_record = fit_model(
-            self.domain, self.measurements(), self.options, self.model, final, self.admm_rounds
+            self.domain, measurements, self.options, self.model, plan, reports
         )
-        record = self.fit_record
-        if not final and record.solver == "admm":
-            self.admm_rounds = record.seconds <= self.options.round_admm_seconds
-        self._progress("fitted", self.rounds[-1].attributes if self.rounds else ())
+        if not final:  # `finish` reports the final fit's record as "done"
+            self.admm_rounds = self.admm_rounds and keeps_admm(self.fit_record, self.options)
+            self._progress("fitted", fit=self.fit_record)
 
     # --- end --------------------------------------------------------------------
     def finish(self, weights: Mapping[Attrs, float] | None = None) -> MechanismResult:
@@ -475,7 +433,7 @@ class MechanismRun:
             )
             drift = float(np.abs(stored[1] - self.estimate(r)).sum())
             bounds[r] = UnmeasuredBound(r, base + drift, last.index, self.options.confidence)
-        self._progress("done", self.rounds[-1].attributes if self.rounds else ())
+        self._progress("done", fit=self.fit_record)
         return MechanismResult(
             measurements=[r.measurement() for r in self.rounds],
             model=self.model,
