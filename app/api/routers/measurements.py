@@ -140,7 +140,10 @@ class JobOut(BaseModel):
 
 
 class MeasurementOut(BaseModel):
-    id: int
+    id: int = Field(
+        description="The measurement's number in its dataset (1, 2, …): nothing of other "
+        "datasets' activity shows in it."
+    )
     job_id: str | None = Field(
         description="The job that measured it; null for another tenant's job (a release is "
         "public to every grantee, who bought it is not)."
@@ -175,7 +178,7 @@ class MeasurementOut(BaseModel):
     def of(cls, release: release_service.Release) -> MeasurementOut:
         record = release.record
         return cls(
-            id=record.id,
+            id=record.number,
             job_id=release.job_id,
             attributes=list(record.attributes),
             noise=record.noise,
