@@ -1,5 +1,6 @@
 """An analyst's commands, over HTTP: `privq measure|aim|budget|marginal|count|synthetic`,
-and `privq jobs list|show|cancel` and `privq sql` when a service is named.
+and `privq datasets list|show` when a service is named (`jobs` and `sql` have theirs in
+their own modules).
 
 Each talks to a running service with the tenant's key (`app.commands.service`: `--url`
 and `--key`, PRIVQ_URL and PRIVQ_KEY, or a profile) and prints what it answers as the
@@ -27,6 +28,7 @@ from app.commands.service import (
     Service,
     ServiceProblem,
     call,
+    next_cursor,
     over_http,
     print_json,
     resolve_dataset,
@@ -171,6 +173,29 @@ def _csv(columns: list[str], rows: list[list[Any]]) -> str:
     writer.writerow(columns)
     writer.writerows(rows)
     return text.getvalue()
+
+
+# ---- datasets (when a service is named; else the database: app.commands.datasets) -------
+
+TENANT_DATASET_COLUMNS = ("id", "name", "created_at")
+
+
+def list_datasets(args: argparse.Namespace, service: Service) -> int:
+    params = {"limit": args.limit, "cursor": args.cursor}
+    response = call(service, "GET", "/v1/datasets", params=params)
+    datasets = response.json()
+    print_json(datasets) if args.json else print(render_table(datasets, TENANT_DATASET_COLUMNS))
+    cursor = next_cursor(response)
+    if cursor is not None:
+        print(f"privq: more results: add --cursor {cursor}", file=sys.stderr)
+    return 0
+
+
+def show_dataset(args: argparse.Namespace, service: Service) -> int:
+    dataset_id = resolve_dataset(service, args.dataset_id)
+    body = call(service, "GET", f"/v1/datasets/{segment(dataset_id)}").json()
+    print_json(body) if args.json else print(render_record(body))
+    return 0
 
 
 # ---- the parsers ---------------------------------------------------------------------------

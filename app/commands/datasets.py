@@ -7,7 +7,9 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.commands import analyst
 from app.commands.output import Done, Listing, Record, action
+from app.commands.service import over_http
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -105,8 +107,13 @@ def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
     actions = datasets.add_subparsers(dest="datasets_command", required=True)
-    action(actions, "list", list_datasets, "every dataset, oldest first", paged=True)
-    action(actions, "show", show_dataset, "one dataset: schema, rows, rho_total", "dataset_id")
+    listing = action(actions, "list", list_datasets, "every dataset, oldest first", paged=True)
+    showing = action(
+        actions, "show", show_dataset, "one dataset: schema, rows, rho_total", "dataset_id"
+    )
+    # With a service named (--url, PRIVQ_URL, a profile): the tenant's datasets over HTTP.
+    over_http(listing, analyst.list_datasets)
+    over_http(showing, analyst.show_dataset)
     upload = action(
         actions,
         "upload",

@@ -277,3 +277,19 @@ def test_a_profile_is_enough_and_no_database_is_created(
     assert result.returncode == 0, result.stderr
     assert isinstance(json.loads(result.stdout), list)
     assert list(work.iterdir()) == []  # no privq.db, nothing else
+
+
+def test_datasets_list_and_show_are_the_tenants_own(
+    capsys: pytest.CaptureFixture[str], service: Any, setup: dict[str, Any], raw: httpx.Client
+) -> None:
+    status, out, _ = privq(capsys, service, setup["key"], "datasets", "list", "--json")
+    assert status == 0 and json.loads(out) == raw.get("/v1/datasets").json()
+    assert [d["id"] for d in json.loads(out)] == [setup["dataset_id"]]
+    status, out, _ = privq(capsys, service, setup["key"], "datasets", "show", setup["name"])
+    assert status == 0 and "attributes:" in out and "region" in out
+    status, out, _ = privq(
+        capsys, service, setup["key"], "datasets", "show", setup["dataset_id"], "--json"
+    )
+    shown = json.loads(out)
+    assert shown == raw.get(f"/v1/datasets/{setup['dataset_id']}").json()
+    assert shown.get("rows") is None  # the row count is the admin's alone
