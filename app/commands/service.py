@@ -19,6 +19,11 @@ key is refused: every analyst's route needs one.
 (`{"error": {"code", "message"}}`), a refused connection or a timeout into a
 `ServiceProblem` whose text is the one line to print. This module imports httpx only
 inside `call`, so that `privq --help` stays fast.
+
+`over_http(parser, command)` gives a command its HTTP form: the three flags above, and
+`command` for `app.cli.main` to run (through `run_over_http`) when a service is named.
+`resolve_dataset` turns a dataset's unique name into its id, as the operator's commands
+do on the database.
 """
 
 from __future__ import annotations
