@@ -12,6 +12,20 @@ out-of-date one is a one-line error naming `privq migrate` and exit status 1.
 - `privq demo` — the whole loop on a made-up census table, in one process (`app.demo`).
 - `privq tenants|keys|grants|datasets|jobs|ledger …` — what the admin key can do over
   HTTP, on the host against the database (`app.commands`; `--json` for the API's JSON).
+- `privq measure|aim|jobs|budget|marginal|count|sql|synthetic` — an analyst's commands
+  over HTTP, with `--url` and `--key`, PRIVQ_URL and PRIVQ_KEY, or a profile
+  (`app.commands.service`); `jobs` and `sql` read the database instead when no service
+  is named.
+
+Starting fast: `privq --help` imports argparse and this package's command modules, whose
+heavy imports (the settings, SQLAlchemy, the service, numpy) happen inside each command
+when it runs. Keep it so: a module-level import of `app.config`, `app.services` or
+`app.api` in a command module puts seconds back on every `--help`.
+
+No command creates a database it was not told to: only `serve`, `migrate` and `demo`
+may create one; every other command that needs the database refuses (one line, exit
+status 1) when PRIVQ_DATABASE_URL is unset and the default SQLite file is not in the
+working directory, rather than creating an empty one there.
 """
 
 from __future__ import annotations
@@ -21,10 +35,11 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from app.config import Settings, get_settings
-from app.migrations import database_problem
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _warn(line: str) -> None:
@@ -40,6 +55,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.migrations import database_problem
     from app.worker import EmbeddedWorkers, start_embedded_workers
 
     problem = database_problem(settings, reachable_required=False, warn=_warn)
@@ -104,6 +120,7 @@ def _settle_garbage_collector() -> None:
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
     from app.logs import configure_logging
+    from app.migrations import database_problem
     from app.worker import run_worker  # lazy: only this command needs the worker
 
     problem = database_problem(settings, reachable_required=False, warn=_warn)
@@ -135,6 +152,7 @@ def _migrate(_args: argparse.Namespace, settings: Settings) -> int:
 def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     from app.db import Database
     from app.errors import PrivqError
+    from app.migrations import database_problem
     from app.services import tenants as tenant_service
 
     problem = database_problem(settings, reachable_required=True)
@@ -179,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes started beside the API (default: 1 on SQLite, 0 otherwise)",
     )
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=_serve, database=CREATES_DATABASE)
 
     worker = commands.add_parser(
         "worker",
@@ -209,10 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="run the whole loop on a made-up census table (examples/), in-process"
     )
     demo.add_argument("--rho", type=float, default=1.0, help="the analyst's grant (default 1)")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, database=CREATES_DATABASE)
 
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
-    migrate.set_defaults(handler=_migrate)
+    migrate.set_defaults(handler=_migrate, database=CREATES_DATABASE)
 
     admin = commands.add_parser("admin", help="administrative commands")
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
@@ -236,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     from app.commands import sql as sql_commands  # privq sql DATASET "SELECT …"
 
     sql_commands.register(commands)
+
+    from app.commands import analyst  # measure, aim, budget, marginal, count, synthetic
+
+    analyst.register(commands)
     return parser
 
 
@@ -251,16 +273,59 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THR
 ARROW_MEMORY_POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 
+# What a command does with the database (its parser's `database` default): the commands
+# that may create one say so; those that need none (`schema draft`) too; every other
+# command needs an existing one (`_missing_database`).
+CREATES_DATABASE = "creates"
+NEEDS_NO_DATABASE = "none"
+DATABASE_VARIABLE = "PRIVQ_DATABASE_URL"
+
+
+def _missing_database(settings: Settings) -> str | None:
+    """None if the command was told of a database (PRIVQ_DATABASE_URL) or the default
+    SQLite file exists here; else the one line that says what to do instead."""
+    if any(name.upper() == DATABASE_VARIABLE for name in os.environ):
+        return None
+    prefix = "sqlite:///"
+    if not settings.database_url.startswith(prefix):
+        return None
+    path = Path(settings.database_url[len(prefix) :])
+    if path.exists():
+        return None
+    return (
+        f"no service and no database: no {path.name} in {Path.cwd()} and "
+        f"{DATABASE_VARIABLE} is unset, and nothing was created. Give --url and --key "
+        "(or PRIVQ_URL and PRIVQ_KEY, or a profile) to use a running service, or set "
+        f"{DATABASE_VARIABLE} (or run from the folder that holds {path.name})"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     for variable in BLAS_THREAD_VARIABLES:
         os.environ.setdefault(variable, "1")
     os.environ.setdefault(ARROW_MEMORY_POOL_VARIABLE, "system")
     args = build_parser().parse_args(argv)
+    over_http = getattr(args, "over_http", None)
+    if over_http is not None:  # an analyst's command: a named service wins over the database
+        from app.commands.service import ServiceProblem, find_service
+
+        try:
+            service = find_service(args)
+        except ServiceProblem as problem:
+            return _refuse(str(problem))
+        if service is not None or args.handler is None:
+            return int(over_http(args, service))
+    from app.config import get_settings
+
     try:
         settings = get_settings()
     except ValueError as error:  # pydantic's ValidationError: bad PRIVQ_* configuration
         print(f"privq: invalid configuration: {error}", file=sys.stderr)
         return 2
+    if getattr(args, "database", None) not in (CREATES_DATABASE, NEEDS_NO_DATABASE):
+        missing = _missing_database(settings)
+        if missing is not None:
+            return _refuse(missing)
     return int(args.handler(args, settings))
 
 

@@ -220,6 +220,7 @@ class LedgerEntry(Base):
     __tablename__ = "ledger_entries"
     __table_args__ = (
         UniqueConstraint("grant_id", "idempotency_key"),
+        UniqueConstraint("grant_id", "number"),
         CheckConstraint("kind IN ('charge', 'refund')", name="kind"),
         CheckConstraint(
             "(kind = 'charge' AND rho_units > 0) OR (kind = 'refund' AND rho_units < 0)",
@@ -228,6 +229,10 @@ class LedgerEntry(Base):
     )
 
     id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
+    # What the API calls the line's id: its number on its grant, 1, 2, … (`ledger.charge`
+    # takes it under the grant's row lock). `id` counts every line of every tenant and
+    # dataset: shown, it would tell a tenant how much others spend elsewhere.
+    number: Mapped[int] = mapped_column(Integer)
     grant_id: Mapped[str] = mapped_column(String(36), ForeignKey("grants.id"), index=True)
     tenant_id: Mapped[str] = mapped_column(String(36), ForeignKey("tenants.id"))
     dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
@@ -413,11 +418,17 @@ class MeasurementRecord(Base):
     __tablename__ = "measurements"
     __table_args__ = (
         UniqueConstraint("job_id", "position"),
+        UniqueConstraint("dataset_id", "number"),
         CheckConstraint("noise IN ('gaussian', 'laplace')", name="noise"),
         CheckConstraint("status IN ('active', 'quarantined')", name="status"),
     )
 
     id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
+    # What the API calls the measurement's id: its number in its dataset, 1, 2, … in the
+    # order of `id` (`measurements.store` takes it under the dataset's row lock). `id`
+    # counts every dataset's measurements: shown, it would tell a tenant how many were
+    # made on datasets it cannot see.
+    number: Mapped[int] = mapped_column(Integer)
     dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
     job_id: Mapped[str] = mapped_column(String(36), ForeignKey("jobs.id"), index=True)
     position: Mapped[int] = mapped_column(Integer)

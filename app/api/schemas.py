@@ -349,7 +349,10 @@ class BudgetOut(BaseModel):
 
 
 class LedgerEntryOut(BaseModel):
-    id: int
+    id: int = Field(
+        description="The line's number on its grant (1, 2, …; with `grant_id` it names the "
+        "line): nothing of other tenants' or datasets' activity shows in it."
+    )
     tenant_id: str
     dataset_id: str
     grant_id: str
@@ -363,7 +366,7 @@ class LedgerEntryOut(BaseModel):
     @classmethod
     def of(cls, entry: LedgerEntry) -> LedgerEntryOut:
         return cls(
-            id=entry.id,
+            id=entry.number,
             tenant_id=entry.tenant_id,
             dataset_id=entry.dataset_id,
             grant_id=entry.grant_id,

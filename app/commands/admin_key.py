@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.config import Settings
+if TYPE_CHECKING:
+    from app.config import Settings
 
 ROTATE_HELP = "replace the admin key (also: recover a lost one)"
 ROTATE_DESCRIPTION = """\

@@ -5,23 +5,28 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session
-
-from app.api.schemas import DatasetOut
+from app.commands import analyst
 from app.commands.output import Done, Listing, Record, action
-from app.config import get_settings
-from app.pgm.estimation import ESTIMATOR_NAMES
-from app.services import datasets as dataset_service
-from app.services import refits, scrub
-from app.services import sources as source_service
-from app.services.rho import rho_units
+from app.commands.service import over_http
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+# The service, the API's schemas and the database are imported inside each command, when
+# it runs: `privq --help` and the parser must not pay for them (app/cli.py).
 
 DATASET_COLUMNS = ("id", "name", "status", "rows", "rho_total", "created_at")
+# app.pgm.estimation.ESTIMATOR_NAMES, written out so that the parser imports no scipy
+# (tests/cli/test_cli_startup.py checks that they agree).
+ESTIMATOR_CHOICES = ("mle", "cgm-em", "stein")
 
 
 def list_datasets(args: argparse.Namespace, session: Session) -> Listing:
+    from app.api.schemas import DatasetOut
+    from app.services import datasets as dataset_service
+
     found = dataset_service.list_datasets(session, limit=args.limit, cursor=args.cursor)
     return Listing(
         [DatasetOut.of(d, for_admin=True) for d in found.items], DATASET_COLUMNS, found.next_cursor
@@ -29,11 +34,19 @@ def list_datasets(args: argparse.Namespace, session: Session) -> Listing:
 
 
 def show_dataset(args: argparse.Namespace, session: Session) -> Record:
+    from app.api.schemas import DatasetOut
+    from app.services import datasets as dataset_service
+
     dataset = dataset_service.get_dataset(session, args.dataset_id)
     return Record(DatasetOut.of(dataset, for_admin=True))
 
 
 def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
+    from app.api.schemas import DatasetOut
+    from app.config import get_settings
+    from app.services import datasets as dataset_service
+    from app.services.rho import rho_units
+
     schema = dataset_service.parse_dataset_schema(Path(args.schema).read_bytes())
     with Path(args.csv).open("rb") as stream:
         dataset = dataset_service.create_dataset(
@@ -53,6 +66,12 @@ def upload_dataset(args: argparse.Namespace, session: Session) -> Record:
 def register_dataset(args: argparse.Namespace, session: Session) -> Record:
     """As POST /v1/datasets with a JSON body: the dataset (registering) and its job, which
     a worker runs (it scans the source against the schema; no row is copied)."""
+    from app.api.schemas import DatasetOut
+    from app.config import get_settings
+    from app.services import datasets as dataset_service
+    from app.services import sources as source_service
+    from app.services.rho import rho_units
+
     schema = dataset_service.parse_dataset_schema(Path(args.schema).read_bytes())
     dataset, job = source_service.register(
         session,
@@ -76,6 +95,9 @@ def register_dataset(args: argparse.Namespace, session: Session) -> Record:
 def set_estimator(args: argparse.Namespace, session: Session) -> Record:
     """As PATCH /v1/datasets/{id} {"estimator"}: a changed estimator over measured data
     queues a refit job (same measurements, no noise, no budget)."""
+    from app.api.schemas import DatasetOut
+    from app.services import refits
+
     change = refits.set_estimator(session, args.dataset_id, args.estimator)
     out = DatasetOut.of(change.dataset, for_admin=True)
     out.refit_job_id = change.job.id if change.job is not None else None
@@ -88,6 +110,9 @@ def set_estimator(args: argparse.Namespace, session: Session) -> Record:
 
 
 def purge_records(args: argparse.Namespace, session: Session) -> Done:
+    from app.services import datasets as dataset_service
+    from app.services import scrub
+
     dataset_service.purge_records(session, args.dataset_id)
     return Done(
         f"dataset {args.dataset_id}: raw records destroyed; free answers keep working "
@@ -97,6 +122,9 @@ def purge_records(args: argparse.Namespace, session: Session) -> Done:
 
 
 def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
+    from app.services import datasets as dataset_service
+    from app.services import scrub
+
     dataset_service.delete_dataset(session, args.dataset_id)
     return Done(
         f"dataset {args.dataset_id} deleted: records, measurements and models gone; "
@@ -108,8 +136,13 @@ def delete_dataset(args: argparse.Namespace, session: Session) -> Done:
 def register(commands: argparse._SubParsersAction[Any]) -> None:
     datasets = commands.add_parser("datasets", help="list, inspect and upload datasets")
     actions = datasets.add_subparsers(dest="datasets_command", required=True)
-    action(actions, "list", list_datasets, "every dataset, oldest first", paged=True)
-    action(actions, "show", show_dataset, "one dataset: schema, rows, rho_total", "dataset_id")
+    listing = action(actions, "list", list_datasets, "every dataset, oldest first", paged=True)
+    showing = action(
+        actions, "show", show_dataset, "one dataset: schema, rows, rho_total", "dataset_id"
+    )
+    # With a service named (--url, PRIVQ_URL, a profile): the tenant's datasets over HTTP.
+    over_http(listing, analyst.list_datasets)
+    over_http(showing, analyst.show_dataset)
     upload = action(
         actions,
         "upload",
@@ -157,7 +190,7 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     )
     estimator.add_argument(
         "estimator",
-        choices=ESTIMATOR_NAMES,
+        choices=ESTIMATOR_CHOICES,
         help="mle (default), cgm-em (Laplace EM) or stein (one-way marginals shrunk)",
     )
     action(

@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session
-
-from app.api.schemas import GrantOut
 from app.commands.output import Done, Listing, Record, action
-from app.config import get_settings
-from app.db import Grant
-from app.errors import InvalidRequest
-from app.services import grants as grant_service
-from app.services.rho import rho_units, rho_units_from_epsilon
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from app.api.schemas import GrantOut
+    from app.db import Grant
+
+# The service, the API's schemas and the database are imported inside each command, when
+# it runs: `privq --help` and the parser must not pay for them (app/cli.py).
 
 GRANT_COLUMNS = ("id", "tenant_id", "rho_limit_exact", "rho_spent_exact", "rho_remaining_exact")
 
 
 def _out(session: Session, grant: Grant) -> GrantOut:
+    from app.api.schemas import GrantOut
+    from app.services import grants as grant_service
+
     spent = grant_service.spent_by_grant(session, [grant.id])[grant.id]
     return GrantOut.of(grant, spent_units=spent)
 
 
 def list_grants(args: argparse.Namespace, session: Session) -> Listing:
+    from app.api.schemas import GrantOut
     from app.services import datasets as dataset_service
+    from app.services import grants as grant_service
 
     dataset_service.get_dataset(session, args.dataset_id)
     found = grant_service.list_grants(
@@ -42,6 +48,10 @@ def limit_units(args: argparse.Namespace) -> int:
     """The limit in ledger units: `rho`, or `--epsilon` with `--delta` converted as the
     HTTP API converts them (the largest ρ within ε at δ, δ at most PRIVQ_MAX_DELTA); both
     rounded down."""
+    from app.config import get_settings
+    from app.errors import InvalidRequest
+    from app.services.rho import rho_units, rho_units_from_epsilon
+
     if (args.epsilon is None) != (args.delta is None):
         raise InvalidRequest("--epsilon and --delta go together: give both", field="epsilon")
     if args.rho is not None and args.epsilon is not None:
@@ -60,6 +70,8 @@ def limit_units(args: argparse.Namespace) -> int:
 
 
 def create_grant(args: argparse.Namespace, session: Session) -> Record:
+    from app.services import grants as grant_service
+
     grant = grant_service.create_grant(
         session,
         dataset_id=args.dataset_id,
@@ -70,6 +82,8 @@ def create_grant(args: argparse.Namespace, session: Session) -> Record:
 
 
 def set_grant(args: argparse.Namespace, session: Session) -> Record:
+    from app.services import grants as grant_service
+
     grant = grant_service.set_limit(
         session,
         dataset_id=args.dataset_id,
@@ -80,6 +94,8 @@ def set_grant(args: argparse.Namespace, session: Session) -> Record:
 
 
 def revoke_grant(args: argparse.Namespace, session: Session) -> Done:
+    from app.services import grants as grant_service
+
     grant_service.revoke(session, dataset_id=args.dataset_id, grant_id=args.grant_id)
     return Done(
         f"grant {args.grant_id} revoked: the tenant no longer sees the dataset; "

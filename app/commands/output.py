@@ -16,14 +16,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import BaseModel
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.orm import Session
-
-from app.config import Settings
-from app.errors import PrivqError
-
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from sqlalchemy.orm import Session
+
+    from app.config import Settings
     from app.db import Database
 
 
@@ -56,7 +53,7 @@ class Done:
 
 
 Result = Listing | Record | Done
-Command = Callable[[argparse.Namespace, Session], Result]
+Command = Callable[[argparse.Namespace, "Session"], Result]
 
 
 def _cell(value: Any) -> str:
@@ -122,7 +119,10 @@ def fail(message: str) -> int:
 
 def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     """Run `command` in one unit of work and print its result; errors are one line."""
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
     from app.db import Database
+    from app.errors import PrivqError
     from app.migrations import database_problem
 
     problem = database_problem(settings, reachable_required=True)

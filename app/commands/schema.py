@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app.schema.drafting import DEFAULT_BINS, DEFAULT_MAX_CATEGORIES, draft_schema
-
 PARQUET_MAGIC = b"PAR1"
+# app.schema.drafting's defaults, written out so that the parser imports no pyarrow
+# (tests/cli/test_cli_startup.py checks that they agree).
+DEFAULT_MAX_CATEGORIES = 20
+DEFAULT_BINS = 10
 
 
 def read_table(path: Path) -> Any:
@@ -49,6 +51,8 @@ def read_table(path: Path) -> Any:
 
 def draft(args: argparse.Namespace, _settings: Any = None) -> int:
     import pyarrow as pa
+
+    from app.schema.drafting import draft_schema
 
     path = Path(args.file)
     try:
@@ -103,4 +107,4 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         metavar="COLUMN",
         help="leave this column out (e.g. the privacy unit's id column); repeatable",
     )
-    drafting.set_defaults(handler=draft)
+    drafting.set_defaults(handler=draft, database="none")  # reads a local file only

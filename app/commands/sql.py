@@ -1,7 +1,10 @@
-"""`privq sql DATASET "SELECT …"`: SQL over a dataset's latest model, on the host.
+"""`privq sql DATASET "SELECT …"`: SQL over a dataset's latest model, on the host or over
+HTTP.
 
-The same answer as `POST /v1/datasets/{id}/sql` (docs/sql.md), read from the database
-the `PRIVQ_*` settings name, as the admin sees it. DATASET is an id or a unique name.
+The same answer as `POST /v1/datasets/{id}/sql` (docs/sql.md): from a running service
+as the tenant sees it when one is named (`--url` and `--key`, PRIVQ_URL and PRIVQ_KEY,
+or a profile: `app.commands.service`), else read from the database the `PRIVQ_*`
+settings name, as the admin sees it. DATASET is an id or a unique name.
 Prints a table, or with `--json` the API's JSON, or with `--csv` the API's CSV. Free:
 nothing is charged, no record is read.
 """
@@ -10,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+import sys
+from typing import TYPE_CHECKING, Any
 
 from app.commands.output import fail
-from app.config import Settings
-from app.errors import PrivqError
+from app.commands.service import Service, call, over_http, print_json, resolve_dataset, segment
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 
 def _answer(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _table(result: dict[str, Any]) -> str:
+def table_text(result: dict[str, Any]) -> str:
     """Columns aligned: text to the left, numbers to the right; a footer with the version."""
     columns = [str(c) for c in result["columns"]]
     rows = result["rows"]
@@ -74,6 +78,9 @@ def _table(result: dict[str, Any]) -> str:
 
 
 def run_sql(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+    from app.errors import PrivqError
     from app.migrations import database_problem
     from app.services import answers
 
@@ -93,7 +100,22 @@ def run_sql(args: argparse.Namespace, settings: Settings) -> int:
     elif args.csv:
         print(answers.sql_csv(result), end="")
     else:
-        print(_table(result))
+        print(table_text(result))
+    return 0
+
+
+def sql_over_http(args: argparse.Namespace, service: Service) -> int:
+    """The same answer from a running service, as the tenant sees it: a table, `--json`
+    or `--csv` (the API's CSV, asked for with Accept: text/csv)."""
+    path = f"/v1/datasets/{segment(resolve_dataset(service, args.dataset))}/sql"
+    headers = {"Accept": "text/csv"} if args.csv else None
+    response = call(service, "POST", path, json_body={"query": args.query}, headers=headers)
+    if args.csv:
+        sys.stdout.write(response.text)
+    elif args.json:
+        print_json(response.json())
+    else:
+        print(table_text(response.json()))
     return 0
 
 
@@ -107,3 +129,4 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
     formats.add_argument("--json", action="store_true", help="print the HTTP API's JSON")
     formats.add_argument("--csv", action="store_true", help="print CSV (as Accept: text/csv)")
     parser.set_defaults(handler=run_sql)
+    over_http(parser, sql_over_http)  # with a service named (--url, PRIVQ_URL, a profile)

@@ -4,26 +4,32 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session
-
-from app.api.routers.tenants import tenant_detail
-from app.api.schemas import ApiKeyCreated, ApiKeyOut, TenantCreated, TenantOut
 from app.commands.output import Done, Listing, Record, action
-from app.services import keys as key_service
-from app.services import tenants as tenant_service
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+# The service, the API's schemas and the database are imported inside each command, when
+# it runs: `privq --help` and the parser must not pay for them (app/cli.py).
 
 TENANT_COLUMNS = ("id", "name", "disabled", "created_at")
 KEY_COLUMNS = ("id", "key_prefix", "active", "created_at", "last_used_at", "revoked_at")
 
 
 def list_tenants(args: argparse.Namespace, session: Session) -> Listing:
+    from app.api.schemas import TenantOut
+    from app.services import tenants as tenant_service
+
     found = tenant_service.list_tenants(session, limit=args.limit, cursor=args.cursor)
     return Listing([TenantOut.of(t) for t in found.items], TENANT_COLUMNS, found.next_cursor)
 
 
 def create_tenant(args: argparse.Namespace, session: Session) -> Record:
+    from app.api.schemas import TenantCreated, TenantOut
+    from app.services import tenants as tenant_service
+
     tenant, key, api_key = tenant_service.create_tenant(session, name=args.name)
     return Record(
         TenantCreated(
@@ -37,21 +43,34 @@ def create_tenant(args: argparse.Namespace, session: Session) -> Record:
 
 
 def show_tenant(args: argparse.Namespace, session: Session) -> Record:
+    from app.api.routers.tenants import tenant_detail
+
     return Record(tenant_detail(session, args.tenant_id))
 
 
 def set_disabled(disabled: bool, args: argparse.Namespace, session: Session) -> Record:
+    from app.api.routers.tenants import tenant_detail
+    from app.services import tenants as tenant_service
+
     tenant_service.set_disabled(session, args.tenant_id, disabled=disabled)
     return Record(tenant_detail(session, args.tenant_id))
 
 
 def list_keys(args: argparse.Namespace, session: Session) -> Listing:
+    from app.api.schemas import ApiKeyOut
+    from app.services import keys as key_service
+    from app.services import tenants as tenant_service
+
     tenant_service.get_tenant(session, args.tenant_id)
     rows = [ApiKeyOut.of(key) for key in key_service.keys_of(session, args.tenant_id)]
     return Listing(rows, KEY_COLUMNS)
 
 
 def add_key(args: argparse.Namespace, session: Session) -> Record:
+    from app.api.schemas import ApiKeyCreated
+    from app.services import keys as key_service
+    from app.services import tenants as tenant_service
+
     tenant = tenant_service.get_tenant(session, args.tenant_id)
     key, api_key = key_service.issue(session, tenant)
     return Record(
@@ -63,6 +82,9 @@ def add_key(args: argparse.Namespace, session: Session) -> Record:
 
 
 def revoke_key(args: argparse.Namespace, session: Session) -> Done:
+    from app.services import keys as key_service
+    from app.services import tenants as tenant_service
+
     tenant_service.get_tenant(session, args.tenant_id)
     key_service.revoke(session, tenant_id=args.tenant_id, key_id=args.key_id)
     return Done(f"key {args.key_id} revoked: refused from its next request on")

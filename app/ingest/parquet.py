@@ -15,8 +15,9 @@ Cells by the attribute's kind (a null is the missing code when the attribute has
 Refusals name the column and the 1-based rows (up to 10, in the first batch with a
 bad value; the leftmost column among the earliest bad row), like a CSV's lines, and
 quote at most the first bad cell, truncated as a CSV's is.
-The privacy unit's id column (`_unit_ids`): text stripped, an empty text or byte string,
-a null or a NaN is no id; floating ids compare as numbers (-0.0 is 0.0); a nested
+The privacy unit's id column (`_unit_ids`): text and bytes stripped, an empty text or
+byte string, a null or a NaN is no id; text and bytes compare in one canonical spelling
+(`app.ingest.unit_ids`); floating ids compare as numbers (-0.0 is 0.0); a nested
 column (lists, structs, maps) is refused before any row is read.
 """
 
@@ -37,6 +38,7 @@ from app.ingest.errors import (
     quote_cell,
 )
 from app.ingest.packing import INGEST_THREADS
+from app.ingest.unit_ids import canonical_ids
 from app.ingest.units import PrivacyUnit, UnitIds, null_ids
 from app.schema import Attribute, DatasetSchema
 from app.schema.rules import quote
@@ -202,14 +204,18 @@ def _check_id_type(column: str, data_type: Any) -> None:
 def _unit_ids(column: Any) -> tuple[Any, Any]:
     """(the ids of one batch as the units group them, where a row has no id).
 
-    Text ids are stripped like cells, and an empty text or byte string is no id; a NaN
-    is none either; a float -0.0 is the same id as 0.0 (equal numbers, one unit).
+    Text ids are stripped like cells, byte strings too (`app.ingest.unit_ids`: b"a " is
+    b"a"), and an empty one is no id; a NaN is none either; a float -0.0 is the same id
+    as 0.0 (equal numbers, one unit). `UnitIds.add` puts text and bytes in their one
+    canonical spelling (NFC, one form per number).
     """
     ids = _plain(column)
     data_type = ids.type
     absent = ids.is_null(nan_is_null=pa.types.is_floating(data_type))
     if _is_text(data_type):
         ids = pc.utf8_trim_whitespace(ids)
+    elif pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
+        ids = canonical_ids(ids)
     if _is_text(data_type) or pa.types.is_binary(data_type) or pa.types.is_large_binary(data_type):
         empty = pc.fill_null(pc.equal(pc.binary_length(ids), 0), False)
         absent = pc.or_(absent, empty)

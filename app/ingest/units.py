@@ -8,6 +8,8 @@ independent 64-bit key from the operating system's cryptographic generator
 (`os.urandom`), and a unit keeps its rows with the k smallest keys — a uniformly random
 k-subset, whatever the file's order. The ids are then dropped; only the column's name
 and k are stored. No message ever quotes an id, only the column's name and row numbers.
+Ids are compared in their canonical spelling (`app.ingest.unit_ids`: trimmed, Unicode
+NFC, one form per number), so one person written two ways is still one unit.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from app.ingest.errors import IngestError
+from app.ingest.unit_ids import canonical_ids
 from app.schema import DatasetSchema, SchemaError
 from app.schema.rules import check_name
 
@@ -107,8 +110,9 @@ class UnitIds:
         self.rows = 0
 
     def add(self, ids: Any) -> None:
-        """Append one batch of ids (an Arrow array without nulls)."""
-        self._parts.append(ids)
+        """Append one batch of ids (an Arrow array without nulls), each in its canonical
+        spelling (`app.ingest.unit_ids`: trimmed, NFC, one form per number)."""
+        self._parts.append(canonical_ids(ids))
         self.rows += len(ids)
 
     def add_texts(self, cells: tuple[str, ...]) -> None:

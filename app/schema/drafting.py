@@ -14,6 +14,15 @@ read on the curator's machine; nothing is sent anywhere) and proposes an attribu
 - ``"missing": true`` where a column has nulls, empty cells or a usual spelling of
   "no value" (`MISSING_SPELLINGS`), with those spellings as ``missing_values``.
 
+A column that looks like an id is left out, with a warning that says so: nearly every
+value its own (distinct values at least `ID_DISTINCT_SHARE` of the present ones), and
+many values — at least `ID_MIN_TEXTS` for text (which would otherwise become categories
+that list the ids), at least `ID_MIN_NUMBERS` for whole numbers (fewer could be ages or
+counts in a small table; they are binned). Its values in the public schema would
+publish ids, and an attribute with one row per value measures nothing useful; the
+privacy unit's id column is named at upload, never drafted. Fractional numbers are never
+id-like: a measurement with all values distinct (a weight) is binned as usual.
+
 Every draft comes with the warning that the schema becomes public: a rare category or
 an exact extreme in it can single someone out, so the curator reviews it (merging rare
 values, widening ranges) before uploading. This module needs pyarrow only, so the
@@ -32,6 +41,11 @@ import pyarrow.compute as pc
 
 DEFAULT_MAX_CATEGORIES = 20
 DEFAULT_BINS = 10
+# Id-like columns (left out): at least this share of the present values distinct, and at
+# least this many distinct values (text, whole numbers).
+ID_DISTINCT_SHARE = 0.95
+ID_MIN_TEXTS = 10
+ID_MIN_NUMBERS = 100
 # Cells that usually mean "no value" in exported tables (after stripping).
 MISSING_SPELLINGS: tuple[str, ...] = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None")
 PUBLIC_WARNING = (
@@ -96,6 +110,9 @@ def _draft_column(
             present = pc.filter(present, pc.invert(missing))
         numbers = _as_numbers(present)
         if numbers is None:
+            id_warning = _id_like(name, present, min_values=ID_MIN_TEXTS)
+            if id_warning is not None:
+                return None, id_warning
             attribute, warning = _categorical(name, present, max_categories)
             return _with_missing(attribute, has_nulls, spellings), warning
         present = numbers
@@ -106,8 +123,33 @@ def _draft_column(
             return None, f"column {name!r} ({array.type}) left out: not text or numbers"
     if len(present) == 0:
         return None, f"column {name!r} left out: it has no values"
+    if _whole_numbers(present):
+        id_warning = _id_like(name, present, min_values=ID_MIN_NUMBERS)
+        if id_warning is not None:
+            return None, id_warning
     attribute = _numbers(name, present, max_categories, bins)
     return _with_missing(attribute, has_nulls, spellings), None
+
+
+def _whole_numbers(numbers: Any) -> bool:
+    if pa.types.is_integer(numbers.type):
+        return True
+    as_float = pc.cast(numbers, pa.float64())
+    return bool(pc.all(pc.equal(pc.floor(as_float), as_float)).as_py())
+
+
+def _id_like(name: str, present: Any, *, min_values: int) -> str | None:
+    """The warning for a column that looks like an id (module docstring), else None. It
+    names how many values, never one of them."""
+    distinct = len(present.unique())
+    if distinct < min_values or distinct < ID_DISTINCT_SHARE * len(present):
+        return None
+    return (
+        f"column {name!r} left out: it looks like an id ({distinct} distinct values in "
+        f"{len(present)} rows), and its values would become public. If it identifies a "
+        "person, name it as the privacy unit at upload; if it is not an id, write its "
+        "attribute by hand (grouped or binned)"
+    )
 
 
 def _with_missing(

@@ -11,6 +11,7 @@ the caller's unit of work commits it together with whatever else the request wro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -168,6 +169,7 @@ def charge(
         )
 
     entry = LedgerEntry(
+        number=_next_number(session, grant.id),
         grant_id=grant.id,
         tenant_id=tenant_id,
         dataset_id=dataset_id,
@@ -189,6 +191,17 @@ def charge(
         job_id=job_id,
         replayed=False,
     )
+
+
+def _next_number(session: Session, grant_id: str) -> int:
+    """The grant's next line number (the line's API id); the caller holds the grant's row
+    lock, which serialises every line of the grant."""
+    number = session.scalar(
+        select(func.coalesce(func.max(LedgerEntry.number), 0)).where(
+            LedgerEntry.grant_id == grant_id
+        )
+    )
+    return int(number or 0) + 1
 
 
 def refund(
@@ -224,6 +237,7 @@ def refund(
         return 0
     session.add(
         LedgerEntry(
+            number=_next_number(session, first_charge.grant_id),
             grant_id=first_charge.grant_id,
             tenant_id=first_charge.tenant_id,
             dataset_id=first_charge.dataset_id,
@@ -246,7 +260,10 @@ def entries(
     limit: int,
     cursor: str | None = None,
 ) -> Page[LedgerEntry]:
-    """One page of entries, oldest first: all, or of a dataset, or of a tenant, or both."""
+    """One page of entries, oldest first: all, or of a dataset, or of a tenant, or both.
+
+    Ordered by time, then grant and number: what the lines show, so that a tenant's
+    cursor, like its line ids, carries nothing of other tenants' or datasets' lines."""
     query = select(LedgerEntry)
     if dataset_id is not None:
         query = query.where(LedgerEntry.dataset_id == dataset_id)
@@ -255,9 +272,9 @@ def entries(
     return page(
         session,
         query,
-        keys=(LedgerEntry.id,),
-        kinds=(int,),
+        keys=(LedgerEntry.created_at, LedgerEntry.grant_id, LedgerEntry.number),
+        kinds=(datetime, str, int),
         limit=limit,
         cursor=cursor,
-        key_of=lambda entry: (entry.id,),
+        key_of=lambda entry: (entry.created_at, entry.grant_id, entry.number),
     )

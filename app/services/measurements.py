@@ -387,7 +387,15 @@ def store(
     session.scalars(
         select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(key_share=True)
     ).one()
+    # The dataset's next number (its API id), under the same lock: ids and numbers of a
+    # dataset go up together, and nothing of other datasets shows in them.
+    number = session.scalar(
+        select(func.coalesce(func.max(MeasurementRecord.number), 0)).where(
+            MeasurementRecord.dataset_id == dataset_id
+        )
+    )
     record = MeasurementRecord(
+        number=int(number or 0) + 1,
         dataset_id=dataset_id,
         job_id=job_id,
         position=position,
@@ -469,15 +477,16 @@ def list_for_dataset(
 def page_for_dataset(
     session: Session, dataset_id: str, *, limit: int, cursor: str | None = None
 ) -> Page[MeasurementRecord]:
-    """One page of the dataset's measurements, oldest first."""
+    """One page of the dataset's measurements, oldest first (by their number in the
+    dataset: the cursor, like the ids shown, says nothing of other datasets)."""
     return page(
         session,
         select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id),
-        keys=(MeasurementRecord.id,),
+        keys=(MeasurementRecord.number,),
         kinds=(int,),
         limit=limit,
         cursor=cursor,
-        key_of=lambda record: (record.id,),
+        key_of=lambda record: (record.number,),
     )
 
 

@@ -61,6 +61,7 @@ class CoveredMeasurement:
     """A measurement a model version includes: which marginal, and its noise (public)."""
 
     id: int
+    number: int  # its id in the API: its number in the dataset
     attributes: tuple[str, ...]
     noise: str  # "gaussian" (scale is σ) or "laplace" (scale is b)
     scale: float
@@ -279,6 +280,7 @@ def covered_measurements(
     rows = session.execute(
         select(
             MeasurementRecord.id,
+            MeasurementRecord.number,
             MeasurementRecord.attributes,
             MeasurementRecord.noise,
             MeasurementRecord.scale,
@@ -293,6 +295,7 @@ def covered_measurements(
     return tuple(
         CoveredMeasurement(
             id=int(row.id),
+            number=int(row.number),
             attributes=tuple(row.attributes),
             noise=row.noise,
             scale=float(row.scale),

@@ -147,9 +147,9 @@ def check_job(database: Database, job_id: str) -> None:
         if record is None:
             return
         raise MeasurementQuarantined(
-            f"measurement {record.id} ({', '.join(record.attributes)}) could not be used in a "
+            f"measurement {record.number} ({', '.join(record.attributes)}) could not be used in a "
             f"model fit: {record.quarantine_reason}. It is quarantined: it stays listed and "
             "charged (its noise was released), no fit includes it, and the last good model "
             "version keeps answering",
-            measurement_id=record.id,
+            measurement_id=record.number,  # its id in the API: its number in the dataset
         )

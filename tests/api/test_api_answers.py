@@ -78,6 +78,11 @@ def fit_test_model(database, dataset_id: str, measured=MEASURED, seed: int = 0):
         session.add(job)
         session.flush()
         high_water = 0
+        numbered = session.scalar(  # measurements the dataset has already
+            select(func.count())
+            .select_from(MeasurementRecord)
+            .where(MeasurementRecord.dataset_id == dataset_id)
+        )
         for position, (attrs, noise, scale) in enumerate(measured):
             flat = np.ravel_multi_index([columns[a] for a in attrs], domain.shape(attrs))
             truth = np.bincount(flat, minlength=domain.cells(attrs))
@@ -88,6 +93,7 @@ def fit_test_model(database, dataset_id: str, measured=MEASURED, seed: int = 0):
             )
             noisy = (truth + np.round(draw)).astype(np.int64)
             record = MeasurementRecord(
+                number=numbered + position + 1,
                 dataset_id=dataset_id,
                 job_id=job.id,
                 position=position,

@@ -95,10 +95,16 @@ def fit_model(database, dataset_id: str) -> None:  # type: ignore[no-untyped-def
         session.add(job)
         session.flush()
         high_water = 0
+        numbered = session.scalar(  # measurements the dataset has already
+            select(func.count())
+            .select_from(MeasurementRecord)
+            .where(MeasurementRecord.dataset_id == dataset_id)
+        )
         for position, attrs in enumerate(MEASURED):
             flat = np.ravel_multi_index([columns[a] for a in attrs], domain.shape(attrs))
             truth = np.bincount(flat, minlength=domain.cells(attrs)).astype(np.int64)
             record = MeasurementRecord(
+                number=numbered + position + 1,
                 dataset_id=dataset_id,
                 job_id=job.id,
                 position=position,

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from sqlalchemy import func, select
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.exc import InvalidRequestError
 
@@ -40,7 +41,13 @@ def _measure(database, dataset_id: str, attrs, values, noise="gaussian", scale=1
         job = Job(dataset_id=dataset_id, kind="measure", params={})
         session.add(job)
         session.flush()
+        earlier = session.scalar(
+            select(func.count())
+            .select_from(MeasurementRecord)
+            .where(MeasurementRecord.dataset_id == dataset_id)
+        )
         record = MeasurementRecord(
+            number=int(earlier or 0) + 1,
             dataset_id=dataset_id,
             job_id=job.id,
             position=0,

@@ -68,7 +68,7 @@ def poison(database: Database, job_id: str) -> int:
             rho_units_used=1,
             values=np.array([INT64_MAX, -INT64_MAX, INT64_MAX, 3, -INT64_MAX], dtype=np.int64),
         )
-        return int(record.id)
+        return int(record.number)  # its id in the API
 
 
 def test_an_unfittable_release_is_quarantined_and_the_model_goes_on_without_it(
@@ -197,7 +197,7 @@ def store_coarse(
             values=np.array(values, dtype=np.int64),
             details={"coarse": {"sizes": sizes, "groups": groups}},
         )
-        return int(record.id)
+        return int(record.number)  # its id in the API
 
 
 def test_a_coarse_release_is_fitted_over_its_groups_and_listed_with_them(

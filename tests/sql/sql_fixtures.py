@@ -81,7 +81,7 @@ def loaded(
         cliques=model.cliques,
         high_water=0,
         measurements=tuple(
-            CoveredMeasurement(i, attrs, "gaussian", 2.0) for i, attrs in enumerate(measured)
+            CoveredMeasurement(i, i + 1, attrs, "gaussian", 2.0) for i, attrs in enumerate(measured)
         ),
     )
 

@@ -60,11 +60,17 @@ def _fit(database, dataset_id: str, schema=SCHEMA, measured=MEASURED) -> int:
         session.add(job)
         session.flush()
         high_water = 0
+        numbered = session.scalar(  # measurements the dataset has already
+            select(func.count())
+            .select_from(MeasurementRecord)
+            .where(MeasurementRecord.dataset_id == dataset_id)
+        )
         for position, (attrs, sigma) in enumerate(measured):
             flat = np.ravel_multi_index([columns[a] for a in attrs], domain.shape(attrs))
             truth = np.bincount(flat, minlength=domain.cells(attrs))
             noisy = (truth + np.round(rng.normal(0, sigma, truth.size))).astype(np.int64)
             record = MeasurementRecord(
+                number=numbered + position + 1,
                 dataset_id=dataset_id,
                 job_id=job.id,
                 position=position,

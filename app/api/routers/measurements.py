@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, status
+from fastapi import APIRouter, Depends, Header, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
@@ -160,7 +160,10 @@ class JobOut(BaseModel):
 
 
 class MeasurementOut(BaseModel):
-    id: int
+    id: int = Field(
+        description="The measurement's number in its dataset (1, 2, …): nothing of other "
+        "datasets' activity shows in it."
+    )
     job_id: str | None = Field(
         description="The job that measured it; null for another tenant's job (a release is "
         "public to every grantee, who bought it is not)."
@@ -195,7 +198,7 @@ class MeasurementOut(BaseModel):
     def of(cls, release: release_service.Release) -> MeasurementOut:
         record = release.record
         return cls(
-            id=record.id,
+            id=record.number,
             job_id=release.job_id,
             attributes=list(record.attributes),
             noise=record.noise,
@@ -220,14 +223,29 @@ IdempotencyKey = Annotated[
 ]
 
 
-DryRunFlag = Annotated[
-    bool,
-    Query(
-        description="Only say what the request would cost and how accurate it would be: "
-        "nothing is charged, no job is made (200 instead of 202).",
-        examples=[True],
-    ),
-]
+async def _dry_run_flag(
+    request: Request,
+    dry_run: Annotated[
+        bool,
+        Query(
+            description="Only say what the request would cost and how accurate it would be: "
+            "nothing is charged, no job is made (200 instead of 202). Give it at most once.",
+            examples=[True],
+        ),
+    ] = False,
+) -> bool:
+    """`dry_run`, given at most once. A repeated flag (`?dry_run=true&dry_run=false`) is a
+    422 naming it, never read as its last value: whether a request spends budget must not
+    hang on which of two answers a proxy or a framework keeps."""
+    given = request.query_params.getlist("dry_run")
+    if len(given) > 1:
+        raise InvalidRequest(
+            f"dry_run is given {len(given)} times: give it at most once", field="dry_run"
+        )
+    return dry_run
+
+
+DryRunFlag = Annotated[bool, Depends(_dry_run_flag)]
 DryRunDeltaQuery = Annotated[
     float,
     DELTA.field(f"δ for the dry run's ε (tight CKS conversion). {MAX_DELTA_NOTE}"),
@@ -305,8 +323,8 @@ def create_measurement(
     settings: SettingsDep,
     tenant: CurrentTenant,
     delta: DryRunDelta,
+    dry_run: DryRunFlag,
     idempotency_key: IdempotencyKey = None,
-    dry_run: DryRunFlag = False,
 ) -> JobAccepted | JSONResponse:
     """Charge ρ and queue a job that measures the marginals with exact discrete noise.
 

@@ -140,8 +140,8 @@ async def _submission(
     settings: SettingsDep,
     tenant: CurrentTenant,
     delta: DryRunDelta,
+    dry_run: DryRunFlag,
     idempotency_key: IdempotencyKey = None,
-    dry_run: DryRunFlag = False,
 ) -> Submission:
     return Submission(database, settings, tenant, idempotency_key, dry_run, delta)
 

@@ -72,7 +72,12 @@ def model_description(loaded: LoadedModel) -> dict[str, Any]:
     for m in loaded.measurements:
         scale_key = "sigma" if m.noise == "gaussian" else "scale"
         measurements.append(
-            {"id": m.id, "attributes": list(m.attributes), "noise": m.noise, scale_key: m.scale}
+            {
+                "id": m.number,  # the API's id: the number in the dataset, not the key
+                "attributes": list(m.attributes),
+                "noise": m.noise,
+                scale_key: m.scale,
+            }
         )
     return {
         "version": loaded.version,
