@@ -12,9 +12,10 @@ from sqlalchemy.orm import Session
 
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SettingsDep
+from app.api.dry_run_schemas import DryRunOut
 from app.api.pagination import PAGED, PageDep
 from app.api.responses import SafeJSONResponse
-from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
+from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
 from app.api.types import (
     DELTA,
     MAX_DELTA_NOTE,
@@ -29,7 +30,7 @@ from app.db import Dataset, Job, utcnow
 from app.errors import InvalidRequest
 from app.services import datasets as dataset_service
 from app.services import dry_run as dry_run_service
-from app.services import job_progress, unit_accounting
+from app.services import job_progress, measurement_views, unit_accounting
 from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services import queue as queue_service
@@ -205,8 +206,8 @@ class MeasurementOut(BaseModel):
             sigma=record.scale if record.noise == "gaussian" else None,
             scale=record.scale if record.noise == "laplace" else None,
             rho=units_to_rho(record.rho_units),
-            values=measurement_service.decoded_values(record),
-            groups=measurement_service.group_ranges(record),
+            values=measurement_views.decoded_values(record),
+            groups=measurement_views.group_ranges(record),
             details=release.details,
             created_at=record.created_at,
             status=record.status,  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from pydantic import BeforeValidator, ConfigDict, Field
 
 from app.api.concurrency import write_endpoint
 from app.api.deps import CurrentTenant, DatabaseDep, SettingsDep
+from app.api.dry_run_schemas import DryRunOut
 from app.api.routers.measurements import (
     DryRunDelta,
     DryRunFlag,
@@ -19,7 +20,7 @@ from app.api.routers.measurements import (
     MarginalIn,
     dry_run_response,
 )
-from app.api.schemas import NO_SUCH_DATASET, DryRunOut, PrivacyAmount, error_responses
+from app.api.schemas import NO_SUCH_DATASET, PrivacyAmount, error_responses
 from app.api.types import NumberRange, ResourceId
 from app.config import Settings
 from app.db import Database, Tenant
