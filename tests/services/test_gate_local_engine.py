@@ -117,7 +117,7 @@ def test_a_registered_source_measured_by_the_local_engine_counts_as_its_upload(
     client: TestClient, api: ApiHelper, database: Database, settings: Settings, lake: Path
 ) -> None:
     data = table(11)
-    folder = lake / "visits"
+    folder = lake / unique_name("visits")
     folder.mkdir()
     half = ROWS // 2
     pq.write_table(data.slice(0, half), folder / "part-0.parquet", row_group_size=500)
@@ -150,7 +150,7 @@ def test_a_registered_unit_keeps_the_same_capped_rows_at_every_access(
 ) -> None:
     data = table(12)
     people = np.random.default_rng(12).integers(0, 400, ROWS)
-    folder = lake / "people"
+    folder = lake / unique_name("people")
     folder.mkdir()
     pq.write_table(
         data.append_column("person", pa.array([f"p{p}" for p in people])),
@@ -181,7 +181,7 @@ def test_an_aim_job_on_a_registered_source_scans_it_once(
 ) -> None:
     from app.records.local import LocalEngine
 
-    folder = lake / "aim"
+    folder = lake / unique_name("aim")
     folder.mkdir()
     pq.write_table(table(13), folder / "part-0.parquet")
     dataset_id = register(client, database, settings, folder)
