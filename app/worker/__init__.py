@@ -2,6 +2,7 @@
 processes that run workers (`privq worker`, those beside `privq serve`, and how they
 stop: `processes`). It never imports `app.api`."""
 
+from app.worker.heartbeat import Heartbeat
 from app.worker.processes import (
     MULTIPROCESS_DIRECTORY_VARIABLE,
     EmbeddedWorkers,
@@ -9,7 +10,7 @@ from app.worker.processes import (
     run_worker,
     start_embedded_workers,
 )
-from app.worker.runner import Heartbeat, Worker, internal_error_message
+from app.worker.runner import Worker, internal_error_message
 
 __all__ = [
     "MULTIPROCESS_DIRECTORY_VARIABLE",

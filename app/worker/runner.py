@@ -42,9 +42,10 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 
@@ -55,10 +56,20 @@ from app.errors import PrivqError
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import ModelTooLarge
 from app.services import datasets as dataset_service
-from app.services import fits, jobs, measuring, mechanisms, quarantine, refits, sources
+from app.services import (
+    fits,
+    job_progress,
+    jobs,
+    measuring,
+    mechanisms,
+    quarantine,
+    refits,
+    sources,
+)
 from app.services import measurements as measurement_service
 from app.services.gate import RecordCache
 from app.services.jobs import LeaseLost
+from app.worker.heartbeat import KEEPALIVE_SECONDS, Heartbeat
 
 logger = logging.getLogger("privq.worker")
 
@@ -96,51 +107,6 @@ def internal_error_message(error: Exception, stage: str) -> str:
     )
 
 
-class Heartbeat:
-    """While a job runs: renews its lease (and fit locks in use), forgets purged records."""
-
-    def __init__(self, worker: Worker, job_id: str) -> None:
-        self.worker = worker
-        self.job_id = job_id
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="privq-heartbeat", daemon=True)
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        interval = max(0.05, self.worker.settings.lease_seconds / 3)
-        while not self._stop.wait(interval):
-            try:
-                with self.worker.database.unit_of_work() as session:
-                    held = jobs.renew(
-                        session,
-                        job_id=self.job_id,
-                        owner=self.worker.worker_id,
-                        lease_seconds=self.worker.settings.lease_seconds,
-                    )
-                if not held:
-                    self.lost.set()
-                    return
-                for dataset_id in list(self.worker.held_fit_locks):
-                    fits.renew(
-                        self.worker.database,
-                        dataset_id,
-                        owner=self.worker.worker_id,
-                        lease_seconds=self.worker.settings.lease_seconds,
-                    )
-                # Busy too, drop purged datasets' records (a keyed read; none if none cached).
-                self.worker.forget_retired_columns()
-            except OperationalError:
-                logger.warning("lease renewal failed; retrying", exc_info=True)
-
-
 class Worker:
     """One worker: claims and runs jobs one at a time."""
 
@@ -160,6 +126,10 @@ class Worker:
         self.held_fit_locks: set[str] = set()
         self._heartbeat: Heartbeat | None = None
         self._last_progress: dict[str, Any] = {}
+        # Serialises progress writes of the job's thread and the heartbeat's keep-alive,
+        # so an older report never lands after a newer one.
+        self._progress_lock = threading.Lock()
+        self._progress_written = time.monotonic()
         # Set to stop at the next safe point (`request_stop`); run_forever ends then.
         self.stopping = threading.Event()
 
@@ -279,18 +249,48 @@ class Worker:
         measurement is stored, between fit iterations), so a stop asked for is honoured
         here once the progress is recorded. `updated_at` says when (an ETA in it is as of
         then)."""
-        self._last_progress = {**self._last_progress, **update, "updated_at": utcnow().isoformat()}
-        with self.database.unit_of_work() as session:
-            held = jobs.renew(
-                session,
-                job_id=job.id,
-                owner=self.worker_id,
-                lease_seconds=self.settings.lease_seconds,
-                progress=self._last_progress,
-            )
+        with self._progress_lock:
+            self._last_progress = {
+                **self._last_progress,
+                **update,
+                "updated_at": utcnow().isoformat(),
+            }
+            held = self._write_progress(job.id, self._last_progress)
         if not held:
             raise LeaseLost()
         self.checkpoint()
+
+    def _write_progress(self, job_id: str, progress: dict[str, Any]) -> bool:
+        with self.database.unit_of_work() as session:
+            held = jobs.renew(
+                session,
+                job_id=job_id,
+                owner=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                progress=progress,
+            )
+        self._progress_written = time.monotonic()
+        return held
+
+    def keep_progress_alive(self, job_id: str) -> bool:
+        """From the heartbeat: rewrite the last report if none was written for
+        KEEPALIVE_SECONDS (its ETA less the time since, `updated_at` now); False once the
+        lease is not this worker's. Skipped while the job's own thread is writing."""
+        if time.monotonic() - self._progress_written < KEEPALIVE_SECONDS:
+            return True
+        if not self._progress_lock.acquire(blocking=False):
+            return True
+        try:
+            if not self._last_progress:
+                return True
+            now = utcnow()
+            progress = dict(self._last_progress)
+            progress["eta_seconds"] = job_progress.eta_now("running", progress, now)
+            progress["updated_at"] = now.isoformat()
+            self._last_progress = progress
+            return self._write_progress(job_id, progress)
+        finally:
+            self._progress_lock.release()
 
     def domain_of(self, dataset_id: str) -> Domain:
         with self.database.read_only() as session:
