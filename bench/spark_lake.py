@@ -113,26 +113,32 @@ def run(lake_path: Path, remote: str, modes: list[str], local: bool) -> dict[str
         spark = SparkEngine(remote)
         spark.session()
     figures: dict[str, Any] = {"step": "spark", "lake": str(lake_path), "rows": rows}
-    for mode in modes:
-        unit = UnitCap(lake.UNIT_COLUMN, lake.UNIT_MAX_ROWS, lake.UNIT_SECRET)
-        unit_or_none = unit if mode == "capped" else None
-        started = time.perf_counter()
-        by_spark = spark.count(source, schema, marginals, unit_or_none)
-        seconds = time.perf_counter() - started
-        result: dict[str, Any] = {
-            "marginals": len(marginals),
-            "spark_seconds": round(seconds, 2),
-            "spark_rows_per_s": round(rows / seconds),
-            "rows_counted": int(by_spark[marginals[0]].sum()),
-        }
-        if local:
+    try:
+        for mode in modes:
+            unit = UnitCap(lake.UNIT_COLUMN, lake.UNIT_MAX_ROWS, lake.UNIT_SECRET)
+            unit_or_none = unit if mode == "capped" else None
             started = time.perf_counter()
-            by_local = LocalEngine().count(source, schema, marginals, unit_or_none)
+            by_spark = spark.count(source, schema, marginals, unit_or_none)
             seconds = time.perf_counter() - started
-            result["local_seconds"] = round(seconds, 2)
-            result["local_rows_per_s"] = round(rows / seconds)
-            result["identical"] = all(np.array_equal(by_spark[m], by_local[m]) for m in marginals)
-        figures[mode] = result
+            result: dict[str, Any] = {
+                "marginals": len(marginals),
+                "spark_seconds": round(seconds, 2),
+                "spark_rows_per_s": round(rows / seconds),
+                "rows_counted": int(by_spark[marginals[0]].sum()),
+            }
+            if local:
+                started = time.perf_counter()
+                by_local = LocalEngine().count(source, schema, marginals, unit_or_none)
+                seconds = time.perf_counter() - started
+                result["local_seconds"] = round(seconds, 2)
+                result["local_rows_per_s"] = round(rows / seconds)
+                same = all(np.array_equal(by_spark[m], by_local[m]) for m in marginals)
+                result["identical"] = same
+            figures[mode] = result
+    finally:
+        # Released now, while the server is up: at exit the client would retry
+        # releasing it for minutes against a server that `lake.py spark` has stopped.
+        spark.session().stop()
     return figures
 
 
