@@ -309,6 +309,7 @@ def e2e(lake: Path, workdir: Path | None, args: argparse.Namespace) -> dict[str,
         delta=args.delta,
         measure_rho=args.measure_rho,
         timeout=args.timeout,
+        aim_max_model_cells=args.aim_max_model_cells,
     )
     return (
         {"step": "e2e", "lake": str(lake)}
@@ -382,6 +383,9 @@ def main() -> None:
     service.add_argument("--epsilon", type=float, default=1.0)
     service.add_argument("--delta", type=float, default=1e-6)
     service.add_argument("--measure-rho", type=float, default=1.0)
+    service.add_argument(
+        "--aim-max-model-cells", type=int, default=None, help="default: the service's cap"
+    )
     service.add_argument("--timeout", type=float, default=3600.0, help="seconds a step may take")
     cluster = steps.add_parser("spark", help="the Spark engine beside the local one")
     cluster.add_argument("--lake", type=Path, default=Path("/tmp/privq-lake"))

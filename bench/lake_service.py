@@ -108,6 +108,16 @@ class LakeService:
         self.worker_alive()
         return round(status_kb(self.worker.pid, "VmHWM") / 1024, 1)
 
+    def worker_rss_mb(self) -> float:
+        self.worker_alive()
+        return round(status_kb(self.worker.pid, "VmRSS") / 1024, 1)
+
+    def reset_worker_peak(self) -> None:
+        """VmHWM back to the current RSS (Linux ≥ 4.0: 5 to clear_refs), so that the
+        next peak read is the next step's own."""
+        with open(f"/proc/{self.worker.pid}/clear_refs", "w") as handle:
+            handle.write("5")
+
     def worker_cpu_seconds(self) -> float:
         self.worker_alive()
         return cpu_seconds(self.worker.pid)
@@ -137,20 +147,30 @@ def _checked(response: httpx.Response, expected: int, what: str) -> dict[str, An
 
 def _wait_job(
     client: httpx.Client, service: LakeService, job_id: str, timeout: float
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job once ended, and per stage of its progress: seconds seen in it and the
+    worker's largest resident memory sampled meanwhile (every `POLL_SECONDS`)."""
     deadline = time.monotonic() + timeout
     last_progress = None
+    stages: dict[str, dict[str, float]] = {}
+    seen = time.monotonic()
     while time.monotonic() < deadline:
         job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
         if job["status"] in ("succeeded", "failed"):
-            return job
+            return job, stages
         service.worker_alive()
-        progress = job.get("progress")
+        progress = job.get("progress") or {}
+        now = time.monotonic()
+        stage = stages.setdefault(str(progress.get("stage")), {"seconds": 0.0, "rss_mb": 0.0})
+        stage["seconds"] = round(stage["seconds"] + now - seen, 1)
+        stage["rss_mb"] = max(stage["rss_mb"], service.worker_rss_mb())
+        seen = now
         if progress != last_progress:
             last_progress = progress
-            print(f"  … {json.dumps(progress)[:200]}", file=sys.stderr, flush=True)
+            clock = time.strftime("%H:%M:%S")
+            print(f"  {clock} {json.dumps(progress)[:200]}", file=sys.stderr, flush=True)
         time.sleep(POLL_SECONDS)
-    return {**job, "status": "timeout"}
+    return {**job, "status": "timeout"}, stages
 
 
 def e2e(
@@ -165,6 +185,7 @@ def e2e(
     delta: float,
     measure_rho: float,
     timeout: float,
+    aim_max_model_cells: int | None = None,
 ) -> dict[str, Any]:
     """Registration, a 40-marginal measurement and AIM over all pairs, over HTTP."""
     from app.privacy.accounting import rho_from_epsilon
@@ -192,13 +213,14 @@ def e2e(
         }
         registered = _checked(admin.post("/v1/datasets", json=body), 202, "registration")
         dataset_id = registered["id"]
-        job = _wait_job(admin, service, registered["job_id"], timeout)
+        job, stages = _wait_job(admin, service, registered["job_id"], timeout)
         dataset = admin.get(f"/v1/datasets/{dataset_id}").json()
         figures["register"] = {
             "seconds": round(time.perf_counter() - started, 1),
             "status": dataset["status"],
             "rows": dataset.get("rows"),
             "worker_peak_mb": service.worker_peak_mb(),
+            "stages": stages,
         }
         if dataset["status"] != "ready":
             figures["register"]["error"] = dataset.get("error") or job.get("error")
@@ -213,6 +235,7 @@ def e2e(
             timeout=600.0,
         )
 
+        service.reset_worker_peak()
         cpu, started = service.worker_cpu_seconds(), time.perf_counter()
         request: dict[str, Any] = {
             "marginals": [list(m) for m in marginals],
@@ -224,7 +247,7 @@ def e2e(
             202,
             "measurement",
         )
-        job = _wait_job(analyst, service, submitted["job_id"], timeout)
+        job, stages = _wait_job(analyst, service, submitted["job_id"], timeout)
         seconds = time.perf_counter() - started
         figures["measure"] = {
             "marginals": len(marginals),
@@ -233,36 +256,45 @@ def e2e(
             "rows_per_s": round(rows / seconds),
             "worker_cpu_seconds": round(service.worker_cpu_seconds() - cpu, 1),
             "worker_peak_mb": service.worker_peak_mb(),
+            "stages": stages,
         } | ({"error": job.get("error")} if job["status"] != "succeeded" else {})
 
+        service.reset_worker_peak()
         cpu, started = service.worker_cpu_seconds(), time.perf_counter()
         request = {"epsilon": epsilon, "delta": delta, "workload": pairs}
+        if aim_max_model_cells:
+            request["max_model_cells"] = aim_max_model_cells
         submitted = _checked(
             analyst.post(f"/v1/datasets/{dataset_id}/mechanisms/aim", json=request),
             202,
             "AIM",
         )
-        job = _wait_job(analyst, service, submitted["job_id"], timeout)
+        job, stages = _wait_job(analyst, service, submitted["job_id"], timeout)
         figures["aim"] = {
             "epsilon": epsilon,
             "delta": delta,
             "rho": round(aim_rho, 9),
             "workload_pairs": len(pairs),
+            "max_model_cells": aim_max_model_cells or "the service's",
             "status": job["status"],
             "seconds": round(time.perf_counter() - started, 1),
             "worker_cpu_seconds": round(service.worker_cpu_seconds() - cpu, 1),
+            "worker_peak_mb": service.worker_peak_mb(),
+            "stages": stages,
             # The last round, without the per-pair bounds the progress also carries.
             "progress": {
                 k: v for k, v in (job.get("progress") or {}).items() if k != "unmeasured_bounds"
             },
         } | ({"error": job.get("error")} if job["status"] != "succeeded" else {})
+        steps = ("register", "measure", "aim")
         model = analyst.get(f"/v1/datasets/{dataset_id}/model")
         if model.status_code == 200:
             fitted = model.json()
             figures["aim"]["model"] = {
                 k: fitted.get(k) for k in ("version", "iterations", "loss")
             } | {"cliques": len(fitted.get("cliques") or [])}
-        figures["worker_peak_mb"] = service.worker_peak_mb()
+        # Each step's peak is its own (reset before it): the worker's is the largest.
+        figures["worker_peak_mb"] = max(figures[step]["worker_peak_mb"] for step in steps)
     finally:
         service.stop()
     return figures
