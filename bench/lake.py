@@ -13,9 +13,23 @@ Steps (subcommands), each printing one JSON line of figures with its command and
 - `scan`: the local engine's one scan counting 40 marginals (every one-way and 20
   pairs), without and with the unit cap, each in a process of its own: seconds,
   rows per second and the process's peak resident memory (`resource.getrusage`).
+- `e2e`: a real service (`privq serve` on SQLite and one `privq worker`, in a
+  temporary folder; `bench/lake_service.py`) over HTTP: the lake registered by
+  reference with its unit (`person_id`, k = `UNIT_MAX_ROWS`), a tenant and a grant, a
+  measurement of the 40 marginals, AIM at ε = 1, δ = 10⁻⁶ over all pairs; each step's
+  seconds to its end, the measurement's rows per second, the worker's peak memory.
+- `spark`: a local Spark Connect server started for the run (`local[2]`, stopped at
+  the end), and the 40 marginals counted by the Spark engine and the local engine,
+  without and with the cap (`bench/spark_lake.py`): times, and whether every count
+  is identical.
 
     .venv/bin/python bench/lake.py generate --rows 10000000 --lake /tmp/lake
     PYTHONPATH=$PWD .venv/bin/python bench/lake.py scan --lake /tmp/lake
+    PYTHONPATH=$PWD .venv/bin/python bench/lake.py e2e --lake /tmp/lake
+    PYTHONPATH=$PWD .venv/bin/python bench/lake.py spark --lake /tmp/lake
+
+Every figure line also gives the load average (other work on the machine slows the
+wall clock, not the CPU seconds).
 """
 
 from __future__ import annotations
@@ -26,11 +40,14 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/: lake_service, spark_lake
 
 CHUNK_ROWS = 1_000_000
 FILE_ROWS = 2_500_000
@@ -269,6 +286,60 @@ def scan(lake: Path, batch_rows: int | None, modes: list[str], pool: str) -> dic
     return figures
 
 
+# -- e2e and spark ---------------------------------------------------------------------
+
+
+def e2e(lake: Path, workdir: Path | None, args: argparse.Namespace) -> dict[str, Any]:
+    """Registration, measurement and AIM through a real service (bench/lake_service.py)."""
+    from lake_service import e2e as run_e2e
+
+    schema = json.loads((lake / "schema.json").read_text())
+    names = [attribute["name"] for attribute in schema["attributes"]]
+    folder = Path(workdir or tempfile.mkdtemp(prefix="privq-lake-e2e-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load_before = _load()
+    figures = run_e2e(
+        lake,
+        folder,
+        rows=_source_rows(lake),
+        schema=schema,
+        marginals=marginals_of(names),
+        unit={"column": UNIT_COLUMN, "max_rows": UNIT_MAX_ROWS},
+        epsilon=args.epsilon,
+        delta=args.delta,
+        measure_rho=args.measure_rho,
+        timeout=args.timeout,
+        aim_max_model_cells=args.aim_max_model_cells,
+    )
+    return (
+        {"step": "e2e", "lake": str(lake)}
+        | figures
+        | {
+            "load_average_before": load_before,
+            "load_average_after": _load(),
+        }
+    )
+
+
+def spark(lake: Path, modes: list[str], driver_memory: str) -> dict[str, Any]:
+    """Start a local Spark Connect server, count with both engines, stop the server."""
+    from spark_lake import SparkServer, run
+
+    load_before = _load()
+    with tempfile.TemporaryDirectory(prefix="privq-spark-") as scratch:
+        server = SparkServer(Path(scratch), driver_memory=driver_memory)
+        try:
+            figures = run(lake, server.remote, modes, local=True)
+        finally:
+            server.stop()
+    figures["server_start_seconds"] = server.start_seconds
+    return figures | {"load_average_before": load_before, "load_average_after": _load()}
+
+
+def _load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
 def _source_rows(lake: Path) -> int:
     import pyarrow.parquet as pq
 
@@ -306,6 +377,20 @@ def main() -> None:
         help="Arrow's allocator in the scanning process: system (as privq's processes run), "
         "mimalloc or jemalloc",
     )
+    service = steps.add_parser("e2e", help="register, measure and AIM through a service")
+    service.add_argument("--lake", type=Path, default=Path("/tmp/privq-lake"))
+    service.add_argument("--workdir", type=Path, default=None, help="default: a new temp folder")
+    service.add_argument("--epsilon", type=float, default=1.0)
+    service.add_argument("--delta", type=float, default=1e-6)
+    service.add_argument("--measure-rho", type=float, default=1.0)
+    service.add_argument(
+        "--aim-max-model-cells", type=int, default=None, help="default: the service's cap"
+    )
+    service.add_argument("--timeout", type=float, default=3600.0, help="seconds a step may take")
+    cluster = steps.add_parser("spark", help="the Spark engine beside the local one")
+    cluster.add_argument("--lake", type=Path, default=Path("/tmp/privq-lake"))
+    cluster.add_argument("--modes", default="plain,capped", help="plain, capped or both")
+    cluster.add_argument("--driver-memory", default="2g")
     once = steps.add_parser("scan-once", help=argparse.SUPPRESS)
     once.add_argument("--lake", type=Path, required=True)
     once.add_argument("--mode", choices=("plain", "capped"), required=True)
@@ -319,6 +404,10 @@ def main() -> None:
         return
     if args.step == "generate":
         figures = generate(args.lake, args.rows, args.file_rows, args.seed)
+    elif args.step == "e2e":
+        figures = e2e(args.lake, args.workdir, args)
+    elif args.step == "spark":
+        figures = spark(args.lake, args.modes.split(","), args.driver_memory)
     else:
         figures = scan(args.lake, args.batch_rows, args.modes.split(","), args.arrow_pool)
     figures["command"] = " ".join([Path(sys.executable).name, *sys.argv])
