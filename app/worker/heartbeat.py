@@ -66,10 +66,10 @@ class Heartbeat:
     def _run(self) -> None:
         interval = max(0.05, self.worker.settings.lease_seconds / 3)
         renewed = time.monotonic()
-        while not self._stop.wait(min(interval, KEEPALIVE_SECONDS)):
+        while not self._stop.wait(min(interval, KEEPALIVE_SECONDS / 2)):
             try:
                 # A step with no report of its own (one sparse factorisation, a long scan)
-                # still shows the job alive at least every KEEPALIVE_SECONDS.
+                # still shows the job alive: within about KEEPALIVE_SECONDS + 1 s.
                 if not self.worker.keep_progress_alive(self.job_id):
                     self.lost.set()
                     return

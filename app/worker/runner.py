@@ -107,6 +107,10 @@ def internal_error_message(error: Exception, stage: str) -> str:
     )
 
 
+# A claimed job's stage before it reports one.
+STARTED_STAGE = "started"
+
+
 class Worker:
     """One worker: claims and runs jobs one at a time."""
 
@@ -165,7 +169,12 @@ class Worker:
         given_back = (job.progress or {}).get("stage") in (REQUEUED_STAGE, YIELDED_STAGE)
         if job.attempts == 1 and job.started_at is not None and not given_back:
             metrics.observe_job_claimed(job.kind, (job.started_at - job.created_at).total_seconds())
+        # Until the job reports a stage of its own (a mechanism's first scan of a large
+        # source can take minutes), the heartbeat keeps this one fresh.
         self._last_progress = dict(job.progress or {})
+        if self._last_progress.get("stage") in (None, "queued", REQUEUED_STAGE, YIELDED_STAGE):
+            self._last_progress["stage"] = STARTED_STAGE
+        self._progress_written = time.monotonic() - KEEPALIVE_SECONDS
         try:
             with Heartbeat(self, job.id) as heartbeat:
                 self._heartbeat = heartbeat

@@ -17,8 +17,13 @@ from app.config import Settings
 from app.db import Database, Job
 from app.worker import Worker
 from app.worker.heartbeat import KEEPALIVE_SECONDS
+from app.worker.runner import STARTED_STAGE
 
 SILENT_SECONDS = 3 * KEEPALIVE_SECONDS + 1
+# The API's promise: a running job's progress is never older than this. The heartbeat
+# wakes every KEEPALIVE_SECONDS / 2, so about 3 s is expected; the rest is slack for a
+# busy machine.
+MAX_GAP_SECONDS = 5.0
 
 
 class Recording(Worker):
@@ -34,7 +39,9 @@ class Recording(Worker):
         return held
 
 
+@pytest.mark.parametrize("reports_first", [True, False], ids=["after-a-report", "from-the-claim"])
 def test_a_silent_step_keeps_the_progress_fresh_and_the_eta_counting_down(
+    reports_first: bool,
     client: TestClient,
     api: ApiHelper,
     database: Database,
@@ -54,7 +61,8 @@ def test_a_silent_step_keeps_the_progress_fresh_and_the_eta_counting_down(
     real = Worker.run_measurement
 
     def silent_then_real(self: Worker, job: Job) -> dict[str, Any]:
-        self.progress(job, {"stage": "counting", "eta_seconds": 100.0})
+        if reports_first:
+            self.progress(job, {"stage": "counting", "eta_seconds": 100.0})
         started = time.monotonic()
         time.sleep(SILENT_SECONDS)  # nothing reported meanwhile
         self.silent = (started, time.monotonic())  # type: ignore[attr-defined]
@@ -68,11 +76,14 @@ def test_a_silent_step_keeps_the_progress_fresh_and_the_eta_counting_down(
     during = [(at, p) for at, p in worker.writes if started <= at <= ended]
     assert len(during) >= 2, "the heartbeat rewrote nothing while the step was silent"
     times = [started] + [at for at, _ in during] + [ended]
-    assert max(b - a for a, b in pairwise(times)) <= KEEPALIVE_SECONDS + 2.0
-    # The same report, kept alive: its stage, an ETA counting down, a later updated_at.
-    assert all(p["stage"] == "counting" for _, p in during)
-    etas = [p["eta_seconds"] for _, p in during]
-    assert all(b < a for a, b in pairwise(etas)) and etas[0] < 100.0
+    assert max(b - a for a, b in pairwise(times)) <= MAX_GAP_SECONDS
+    # The same report, kept alive: its stage, an ETA counting down, a later updated_at;
+    # before any report of the job's own, the stage it was claimed with.
+    stage = "counting" if reports_first else STARTED_STAGE
+    assert all(p["stage"] == stage for _, p in during)
+    if reports_first:
+        etas = [p["eta_seconds"] for _, p in during]
+        assert all(b < a for a, b in pairwise(etas)) and etas[0] < 100.0
     stamps = [datetime.fromisoformat(p["updated_at"]) for _, p in during]
     assert all(b > a for a, b in pairwise(stamps))
     status = client.get(f"/v1/jobs/{response.json()['job_id']}", headers=tenant["headers"])
