@@ -24,6 +24,10 @@ or a delete (`app.services.datasets.purge_records`, `delete_dataset`) calls
   a `lock_timeout` so that a long transaction ahead of it cannot make every later
   reader of the table queue behind it; it is retried. Only `dataset_columns` holds
   raw records: measurements and models are differentially private releases.
+  VACUUM FULL keeps every dead tuple that a snapshot still open may see, so the scrub
+  first waits (a few seconds at most, then the attempt is retried) until no other
+  session's snapshot is older than the scrub: a transaction that began before the purge
+  committed would otherwise keep the deleted rows in the new files.
 
 What no scrub reaches — PostgreSQL's own WAL until it is recycled, WAL archives,
 backups, copies of the SQLite file — is in docs/privacy.md.
@@ -123,12 +127,45 @@ def _checkpoint(cursor: Any) -> None:
         raise ScrubIncomplete("a reader kept the write-ahead log from being checkpointed")
 
 
+# Another session's transaction whose snapshot is older than the purge still sees the
+# deleted rows, and VACUUM FULL copies every row some snapshot may see into the new files.
+# The scrub waits (polling) up to this long for such transactions to end, then gives the
+# attempt up (it is retried).
+SNAPSHOT_WAIT_SECONDS = 5.0
+SNAPSHOT_POLL_SECONDS = 0.05
+# Client sessions of this database whose oldest snapshot (`backend_xmin`, a 32-bit xid)
+# was taken at or before the marker xid: `age` is counted from this statement's own xid,
+# so current − age is the snapshot's position on the same 64-bit scale as the marker.
+_OLDER_SNAPSHOTS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend' AND backend_xmin IS NOT NULL
+  AND pg_current_xact_id()::text::bigint - age(backend_xmin) <= %(marker)s
+"""
+
+
 def _scrub_postgresql(engine: Engine) -> None:
     table = engine.dialect.identifier_preparer.quote(RECORDS_TABLE)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        _wait_for_older_snapshots(connection)
         # SET, not SET LOCAL (there is no transaction): reset before the pool reuses it.
         connection.exec_driver_sql(f"SET lock_timeout = '{POSTGRES_LOCK_TIMEOUT}'")
         try:
             connection.exec_driver_sql(f"VACUUM FULL {table}")
         finally:
             connection.exec_driver_sql("RESET lock_timeout")
+
+
+def _wait_for_older_snapshots(connection: Any) -> None:
+    """Return once no other session holds a snapshot from before this call (one taken
+    before the purge committed is among them); ScrubIncomplete after
+    SNAPSHOT_WAIT_SECONDS."""
+    marker = int(connection.exec_driver_sql("SELECT pg_current_xact_id()::text").scalar_one())
+    deadline = time.monotonic() + SNAPSHOT_WAIT_SECONDS
+    while True:
+        older = connection.exec_driver_sql(_OLDER_SNAPSHOTS, {"marker": marker}).scalar_one()
+        if not older:
+            return
+        if time.monotonic() >= deadline:
+            raise ScrubIncomplete(f"{older} transaction(s) older than the purge stayed open")
+        time.sleep(SNAPSHOT_POLL_SECONDS)

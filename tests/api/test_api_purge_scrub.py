@@ -9,6 +9,7 @@ the pieces are looked for in those files too, after a CHECKPOINT wrote every pag
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -127,3 +128,38 @@ def test_a_purge_rewrites_the_records_table_on_postgresql(
         if scan:
             left = count_found(pieces, records_table_bytes(connection))
             assert left == 0, f"{left} pieces of the records left in the table's files"
+
+
+def test_a_purge_waits_for_a_transaction_that_still_sees_the_records(
+    client: TestClient, api: ApiHelper, database: Database
+) -> None:
+    """A session whose snapshot predates the purge still sees the deleted rows, and VACUUM
+    FULL would copy them into the new files: the scrub waits for it to end first."""
+    if database.is_sqlite:
+        pytest.skip("PostgreSQL's snapshots")
+    dataset, pieces = upload(api, database, seed=11)
+    with database.engine.connect() as probe:
+        if not may_read_server_files(probe.execution_options(isolation_level="AUTOCOMMIT")):
+            pytest.skip("reading the server's files needs a superuser (CI has one)")
+    holder = database.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    holder.execute(text("SELECT 1"))  # the snapshot is taken here, after the upload
+    ended = threading.Event()
+
+    def end_it() -> None:
+        holder.rollback()
+        holder.close()
+        ended.set()
+
+    timer = threading.Timer(1.0, end_it)
+    timer.start()
+    try:
+        url = f"/v1/datasets/{dataset['id']}/records"
+        assert client.delete(url, headers=ADMIN_HEADERS).status_code == 204
+        # the scrub could not have finished while the older snapshot was open
+        assert ended.is_set()
+    finally:
+        timer.join()
+    engine = database.engine.execution_options(isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        left = count_found(pieces, records_table_bytes(connection))
+    assert left == 0, f"{left} pieces of the records left in the table's files"
