@@ -14,7 +14,7 @@ from app.pgm import queries as q
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
-from app.schema import Attribute, SchemaError, format_number
+from app.schema import Attribute, Label, SchemaError, format_number
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
@@ -62,7 +62,7 @@ class PreparedQuery:
 
     query: FactoredQuery
     axis_attributes: tuple[str, ...]
-    axis_labels: tuple[tuple[str | None, ...], ...]
+    axis_labels: tuple[tuple[Label, ...], ...]
     # Sentences for the answer (moments that skip missing values).
     notes: tuple[str, ...] = ()
 
@@ -125,7 +125,7 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
     row_factors: list[QueryFactor] = []
     axis_factors: list[QueryFactor] = []
     axis_attributes: list[str] = []
-    axis_labels: list[tuple[str | None, ...]] = []
+    axis_labels: list[tuple[Label, ...]] = []
     notes: list[str] = []
     try:
         for name, condition in spec.where.items():
@@ -153,7 +153,7 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
                     for group, values in how.groups.items()
                 }
                 factor = q.groups(domain, name, members)
-                labels: tuple[str | None, ...] = factor.labels
+                labels: tuple[Label, ...] = factor.labels
             elif how == "value":
                 factor = q.identity(domain, name)
                 labels = tuple(attribute.labels())  # JSON null for the missing code
