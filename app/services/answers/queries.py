@@ -33,10 +33,12 @@ from app.services.models import LoadedModel
 
 @dataclass(frozen=True)
 class ValueRange:
-    """A half-open range [ge, lt) on original values; either bound may be omitted."""
+    """A range on original values from `ge` (included) up to `lt` (excluded) or `le`
+    (included); any bound may be omitted."""
 
     ge: float | None = None
     lt: float | None = None
+    le: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
             attribute = attribute_for("where", name)
             path = f"{parameter}.where.{name}"
             if isinstance(condition, ValueRange):
-                codes = codes_in_range(attribute, condition.ge, condition.lt, path)
+                codes = codes_in_range(attribute, condition.ge, condition.lt, path, condition.le)
             else:
                 codes = codes_of_labels(attribute, list(condition), path)
             row_factors.append(q.indicator(domain, name, codes))
