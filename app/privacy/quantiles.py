@@ -8,9 +8,10 @@ inputs differ by one added or removed privacy unit of at most `unit_rows` rows, 
 is OpenDP's `symmetric_distance` at d_in = `unit_rows`.
 
 The noise scale is the smallest OpenDP's binary search finds whose privacy map at that
-d_in is at most `rho`; the map is checked again before anything is released
-(`BudgetOverspent` otherwise). The candidates are public: the caller picks them without
-looking at the values (a fixed grid, or one placed by earlier private releases).
+d_in is at most `rho`; the map of the measurement that releases is checked again
+before anything is released (`BudgetOverspent` otherwise). The candidates are public:
+the caller picks them without looking at the values (a fixed grid, or one placed by
+earlier private releases).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -38,6 +40,20 @@ def _measurement(candidates: list[float], alpha: float, scale: float) -> Any:
     )
 
 
+@lru_cache(maxsize=1024)
+def _scale(alpha: float, rho: float, unit_rows: int) -> float:
+    """The smallest scale OpenDP's binary search finds with a map of at most `rho`. The
+    map does not depend on the candidates, so the search runs on two of them (building
+    the measurement costs time in their number); the caller checks the map again on
+    the measurement it releases with."""
+    dp = opendp_prelude()
+    return float(
+        dp.binary_search_param(
+            lambda s: _measurement([0.0, 1.0], alpha, s), d_in=unit_rows, d_out=rho, T=float
+        )
+    )
+
+
 def quantile_measurement(
     candidates: Sequence[float], alpha: float, rho: float, unit_rows: int = 1
 ) -> Any:
@@ -54,11 +70,7 @@ def quantile_measurement(
         raise ValueError("rho must be positive and finite")
     if unit_rows < 1:
         raise ValueError("unit_rows must be at least 1")
-    dp = opendp_prelude()
-    scale = dp.binary_search_param(
-        lambda s: _measurement(points, alpha, s), d_in=unit_rows, d_out=float(rho), T=float
-    )
-    measurement = _measurement(points, alpha, scale)
+    measurement = _measurement(points, alpha, _scale(alpha, float(rho), unit_rows))
     spent = float(measurement.map(unit_rows))
     if spent > rho:
         raise BudgetOverspent(f"a private quantile would spend rho={spent} of its {rho}")

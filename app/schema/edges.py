@@ -86,9 +86,12 @@ def integer_bins(low: int, high: int, bins: int) -> tuple[int, int, int]:
 
 def _round_to(x: float, step: float, how: str) -> float | int:
     ratio = x / step
-    index = (
-        math.floor(ratio) if how == "down" else math.ceil(ratio) if how == "up" else round(ratio)
-    )
+    if how == "down":
+        index = math.floor(ratio)
+    elif how == "up":
+        index = math.ceil(ratio)
+    else:  # the nearest, halves up
+        index = math.floor(ratio + 0.5)
     return tidy(index * step)
 
 
@@ -96,7 +99,7 @@ def quantile_edges(
     low: float, high: float, quantiles: Iterable[float], *, whole: bool = False
 ) -> list[float | int]:
     """Round edges at a column's quantiles: `low` rounded down, each quantile between
-    them to the nearest multiple of a round step of about a quarter of its gap to the
+    them to the nearest multiple of a round step of about a fifth of its gap to the
     nearest neighbour (at least a thousandth of the range), `high` rounded up; repeated
     edges merged. Whole numbers get integer edges."""
     points = [low, *sorted(float(q) for q in quantiles if low < q < high), high]
@@ -108,7 +111,7 @@ def quantile_edges(
             for j in (i - 1, i + 1)
             if 0 <= j < len(points) and points[j] != points[i]
         ]
-        span = max(min(gaps, default=high - low) / 4, floor_step)
+        span = max(min(gaps, default=high - low) / 5, floor_step)
         return float(whole_step(span)) if whole else nice_step(span)
 
     first = _round_to(low, step_for(0), "down")
