@@ -44,6 +44,8 @@ MAX_EXACT_COUNT = 2**53
 MAX_QUERY_WEIGHT = 1e12
 # Original values on a numeric attribute's scale (range ends, numeric labels).
 MAX_COORDINATE = 1e15
+# A JSON document sent as a form field (a schema, a privacy unit), in characters.
+MAX_JSON_FIELD_CHARS = 1 << 20
 # Request bodies: JSON nesting deeper than this is refused before it is parsed.
 MAX_JSON_DEPTH = 32
 MAX_NAME_LENGTH = 200
@@ -75,6 +77,19 @@ def control_character(text: str) -> str | None:
     logs and listings.
     """
     found = _CONTROL_OR_SURROGATE.search(text)
+    return None if found is None else found.group()
+
+
+# JSON's own whitespace between tokens (RFC 8259): tab, line feed, carriage return, space.
+_CONTROL_OUTSIDE_JSON_WHITESPACE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def json_control_character(text: str) -> str | None:
+    """`control_character` for JSON text: its whitespace (tab, line feed, carriage
+    return) separates tokens, so a pretty-printed document passes. JSON itself refuses
+    those characters raw inside a string, so no name or value gets one this way (an
+    escaped one, "\\n", is refused where names and values are checked)."""
+    found = _CONTROL_OUTSIDE_JSON_WHITESPACE.search(text)
     return None if found is None else found.group()
 
 

@@ -34,7 +34,7 @@ def free_name(name: str, taken: Iterable[str]) -> str:
     return name
 
 
-def ordered_labels(labels: Sequence[str | None]) -> pd.Categorical[str]:
+def ordered_labels(labels: Sequence[str | int | None]) -> pd.Categorical[str]:
     """Labels as an ordered categorical, in the order they first appear (the schema's,
     since the service lists cells row-major): sorting and pivots keep the domain order.
     A missing value's label (None) is the categorical's missing value."""
@@ -42,13 +42,18 @@ def ordered_labels(labels: Sequence[str | None]) -> pd.Categorical[str]:
     return pd.Categorical(list(labels), categories=categories, ordered=True)  # type: ignore[return-value]
 
 
+def _label(label: Any) -> str | int | None:
+    """A cell label as the service sent it: an integer attribute's value stays an int."""
+    if label is None or (isinstance(label, int) and not isinstance(label, bool)):
+        return label
+    return str(label)
+
+
 def label_columns(axes: Sequence[str], cells: Sequence[Sequence[Any]]) -> dict[str, Any]:
     """One column per axis from row-major cell labels."""
     columns: dict[str, Any] = {}
     for position, name in enumerate(axes):
-        columns[name] = ordered_labels(
-            [None if cell[position] is None else str(cell[position]) for cell in cells]
-        )
+        columns[name] = ordered_labels([_label(cell[position]) for cell in cells])
     return columns
 
 

@@ -2,11 +2,12 @@
 
 A filter on an attribute is one of
 - a value or a collection of values: `"F"`, `["F", "M"]`, `{1, 2}`;
-- a half-open range on original values: `{"ge": 30, "lt": 45}` (either end may be
-  left out).
+- a range on original values: `{"ge": 30, "lt": 45}` (45 excluded) or `{"ge": 30,
+  "le": 120}` (120 included: the last bin [eₙ₋₁, eₙ] is closed, so `le` at its top
+  edge takes it whole); either end may be left out.
 
-`count` sends them as `where=sex:F,M` / `where=age:30..45`; a factored query takes them
-as they are in its `where`.
+`count` sends them as `where=sex:F,M` / `where=age:30..45` / `where=age:30..=120`; a
+factored query takes them as they are in its `where`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ Label = str | int | float | None  # None: the missing value (JSON null)
 Range = Mapping[str, float | int | None]
 Condition = Label | Sequence[Label] | set[Label] | frozenset[Label] | Range
 Filters = Mapping[str, Condition]
-RANGE_KEYS = frozenset({"ge", "lt"})
+RANGE_KEYS = frozenset({"ge", "lt", "le"})
 
 
 def _is_range(condition: object) -> bool:
@@ -27,10 +28,10 @@ def _is_range(condition: object) -> bool:
 
 def _range(name: str, condition: Range) -> dict[str, float | None]:
     unknown = set(condition) - RANGE_KEYS
-    if unknown or not condition:
+    if unknown or not condition or {"lt", "le"} <= set(condition):
         raise ValueError(
-            f"the range on {name!r} takes the keys 'ge' and 'lt' (a half-open [ge, lt)), "
-            f"got {sorted(condition)}"
+            f"the range on {name!r} takes the keys 'ge' and 'lt' (excluded) or 'le' "
+            f"(included), got {sorted(condition)}"
         )
     return {key: (None if value is None else float(value)) for key, value in condition.items()}
 
@@ -56,12 +57,13 @@ def _number(value: float | None) -> str:
 
 
 def count_filters(where: Filters | None) -> dict[str, str]:
-    """Each attribute's `where` text after the colon: `F,M` or `30..45`."""
+    """Each attribute's `where` text after the colon: `F,M`, `30..45` or `30..=120`."""
     texts: dict[str, str] = {}
     for name, condition in (where or {}).items():
         if _is_range(condition):
             bounds = _range(name, condition)  # type: ignore[arg-type]
-            texts[name] = f"{_number(bounds.get('ge'))}..{_number(bounds.get('lt'))}"
+            high = f"={_number(bounds['le'])}" if "le" in bounds else _number(bounds.get("lt"))
+            texts[name] = f"{_number(bounds.get('ge'))}..{high}"
             continue
         labels = ["null" if value is None else str(value) for value in _values(name, condition)]
         for label in labels:
@@ -82,7 +84,7 @@ def count_params(where: Filters | None) -> list[str]:
 
 
 def query_where(where: Filters | None) -> dict[str, Any]:
-    """A factored query's `where`: value lists and `{"ge", "lt"}` ranges."""
+    """A factored query's `where`: value lists and `{"ge", "lt" or "le"}` ranges."""
     body: dict[str, Any] = {}
     for name, condition in (where or {}).items():
         if _is_range(condition):

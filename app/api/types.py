@@ -10,7 +10,8 @@ is a 422 naming the field and the whole range (`app.api.errors`).
   `QueryWeight`, `Coordinate`; `NumberRange` makes more (`whole=True` for counts);
   `RHO_TOTAL` checks the upload form's `rho_total` (exact decimal text).
 - Text has no control characters or lone surrogates: `SafeText`, `Name` (1–200),
-  `AttributeName`, `ResourceId` (path and body ids), `IdempotencyKeyText`.
+  `AttributeName`, `ResourceId` (path and body ids), `IdempotencyKeyText`; `JsonText`
+  (a JSON form field) admits JSON's whitespace (tab, line feed, carriage return).
 
 New routes reuse these rather than plain `float`/`str`, so every number that reaches a
 service is finite and in range and every string can be stored and logged.
@@ -149,6 +150,17 @@ def _no_control_characters(value: str) -> str:
     return value
 
 
+def _no_control_characters_but_json_whitespace(value: str) -> str:
+    found = limits.json_control_character(value)
+    if found is not None:
+        raise PydanticCustomError(
+            "control_character",
+            "must not contain control characters other than JSON's whitespace (found {character})",
+            {"character": limits.describe_character(found)},
+        )
+    return value
+
+
 def _text(min_length: int, max_length: int) -> StringConstraints:
     return StringConstraints(strict=True, min_length=min_length, max_length=max_length)
 
@@ -163,6 +175,13 @@ Name = Annotated[
         strict=True, strip_whitespace=True, min_length=1, max_length=limits.MAX_NAME_LENGTH
     ),
     NoControlCharacters,
+]
+# A JSON document sent as a form field (a schema, a privacy unit): pretty-printed is
+# fine, other control characters are not. Form fields are bounded by the form parser.
+JsonText = Annotated[
+    str,
+    _text(0, limits.MAX_JSON_FIELD_CHARS),
+    AfterValidator(_no_control_characters_but_json_whitespace),
 ]
 AttributeName = Annotated[str, _text(1, limits.MAX_NAME_LENGTH), NoControlCharacters]
 # A value label in a query (`"F"`, `"[18, 30)"`); numbers may also be given as numbers.

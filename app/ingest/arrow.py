@@ -2,10 +2,11 @@
 
 Arrow's reader (C++, streaming, in blocks) parses a CSV several times faster than
 Python's `csv`, and its compute functions encode whole columns at once. It is used only
-where it is certain to give what `app.ingest.table` would: a header naming exactly the
-schema's attributes, categorical cells spelled exactly as a schema value, integer cells
-of plain digits, numeric cells of plain decimals (only digits, "-" and "." — "-12.5",
-"5.", ".5" — that Arrow's cast parses: it rounds them to the same double as float()),
+where it is certain to give what `app.ingest.table` would: a header naming each of the
+schema's attributes once (other columns are not read), categorical cells spelled exactly
+as a schema value, integer cells of plain digits, numeric cells of plain decimals (only
+digits, "-" and "." — "-12.5", "5.", ".5" — that Arrow's cast parses: it rounds them to
+the same double as float()),
 every value inside the schema (clipping as the attribute says). Anything else —
 padding, "3.0", "1e3", a BOM Arrow keeps, a bad value, a ragged or malformed row, bytes
 that are not UTF-8 — and the caller reads the file again with the exact path, which
@@ -21,6 +22,7 @@ batches already parsed (Arrow's compute functions and numpy release the GIL); at
 
 from __future__ import annotations
 
+import csv
 import io
 from collections import deque
 from collections.abc import Iterator
@@ -103,14 +105,15 @@ def _encode(
         raise _NotCanonical("line breaks in the schema")
     chunks = _chunks(source)
     first = next(chunks, b"")
-    table = _parse(first, None, file_names)
-    header = table.column_names
-    if sorted(header) != sorted(file_names) or len(set(header)) != len(header):
+    header = _header(first)
+    if any(header.count(name) != 1 for name in file_names):
         raise _NotCanonical("header")
     by_name = {a.name: a for a in schema.attributes}
-    # File order; the unit column (None here) is only gathered.
-    columns = [_Column(by_name[name]) if name in by_name else None for name in header]
+    # Only the named columns are read, in `file_names` order; the unit column (None
+    # here) is only gathered.
+    columns = [_Column(by_name[name]) if name in by_name else None for name in file_names]
     parts: list[list[np.ndarray]] = [[] for _ in columns]
+    table = _parse(first, header, file_names, skip_header=True)
     rows = _add(parts, unit_ids, *_encode_table(table, columns))
     del table
     pending: deque[Future[tuple[int, list[np.ndarray | None], Any]]] = deque()
@@ -126,8 +129,7 @@ def _encode(
         pool.shutdown(wait=True, cancel_futures=True)
     if rows == 0:
         raise _NotCanonical("no rows")
-    position = {name: i for i, name in enumerate(header)}
-    return rows, {name: _joined(parts[position[name]]) for name in names}
+    return rows, {name: _joined(parts[position]) for position, name in enumerate(names)}
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
@@ -159,17 +161,28 @@ def _chunks(source: io.BufferedReader) -> Iterator[bytes]:
         carry = data[cut:]
 
 
-def _parse(chunk: bytes, header: list[str] | None, names: list[str]) -> Any:
-    """One piece of the file as an Arrow table (`header`: the file's, if known; the
-    columns named as schema attributes are read as strings)."""
+def _header(first: bytes) -> list[str]:
+    """The column names on the file's first line (as Arrow reads them: not stripped)."""
+    line = first.split(b"\n", 1)[0].removesuffix(b"\r").decode("utf-8")
+    return next(csv.reader([line], strict=True))
+
+
+def _parse(chunk: bytes, header: list[str], names: list[str], skip_header: bool = False) -> Any:
+    """One piece of the file as an Arrow table of the columns `names` (in that order),
+    read as strings; `header` names the file's columns, whose first line `skip_header`
+    skips."""
     return pacsv.read_csv(
         pa.BufferReader(chunk),
         read_options=pacsv.ReadOptions(
-            block_size=len(chunk) + 1, use_threads=False, column_names=header
+            block_size=len(chunk) + 1,
+            use_threads=False,
+            column_names=header,
+            skip_rows=1 if skip_header else 0,
         ),
         parse_options=pacsv.ParseOptions(newlines_in_values=False, ignore_empty_lines=True),
         convert_options=pacsv.ConvertOptions(
             column_types=dict.fromkeys(names, pa.string()),
+            include_columns=names,
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         ),

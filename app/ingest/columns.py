@@ -1,7 +1,9 @@
 """Cell encoding: one column's cells (strings) → the attribute's integer codes.
 
 Categorical cells are looked up (padded cells by their stripped value); numeric cells
-are parsed and binned; integer cells are parsed as codes ("3" or "3.0", never "3.5").
+are parsed and binned; integer cells are parsed as integers ("3" or "3.0", never "3.5")
+and take the code of their bin of the attribute's min..max (one code per value at width
+1).
 An attribute with `missing` maps a cell that strips to one of its `missing_values` to
 its missing code (the last), before any parsing. -1 marks a cell outside the schema,
 which `ColumnEncoder.explain` describes.
@@ -184,11 +186,22 @@ class ColumnEncoder:
         return codes
 
     def integer_codes(self, values: np.ndarray) -> np.ndarray:
-        """Codes of parsed integers (int64, changed in place), -1 outside the schema."""
+        """Codes of parsed integers (int64, changed in place), -1 outside the schema:
+        the value's offset from min, divided by the bin width (`clip` clamps values into
+        min..max first)."""
+        low, high, width = self.attribute.integer_range
         if self.attribute.clip:
-            np.clip(values, 0, self.value_size - 1, out=values)
+            np.clip(values, low, high, out=values)
+            outside = None
         else:
-            values[(values < 0) | (values >= self.value_size)] = -1
+            outside = (values < low) | (values > high)
+            values[outside] = low  # no overflow below: every value is now in low..high
+        if low:
+            values -= low
+        if width != 1:
+            values //= width
+        if outside is not None:
+            values[outside] = -1
         return values
 
     def explain(self, cell: str) -> str:
@@ -215,7 +228,8 @@ class ColumnEncoder:
         value = integer_or_none_marker(cell)
         if value == NOT_AN_INTEGER:
             return f"{quoted} is not an integer"
-        return f"{quoted} is not an integer code in 0..{self.value_size - 1}"
+        low, high, _ = attribute.integer_range
+        return f"{quoted} is outside the integers {low}..{high}"
 
 
 def float_or_nan(cell: str) -> float:

@@ -43,30 +43,27 @@ def has_undecodable_bytes(text: str) -> bool:
 
 
 def check_column_names(names: list[str], wanted: list[str], what: str) -> None:
-    """IngestError `bad_header` unless `names` (a file's columns, `what`: "the header",
-    "the Parquet columns") are exactly `wanted` in any order, each once: it names the
-    missing, unknown and duplicate ones."""
+    """IngestError `bad_header` unless each of `wanted` is among `names` (a file's
+    columns, `what`: "the header", "the Parquet columns") exactly once: it names the
+    missing and duplicate ones. Other columns are not read, so they may be anything
+    (an index column, a column the schema leaves out), repeated or unnamed."""
     expected = set(wanted)
     seen: set[str] = set()
     duplicate: list[str] = []
     for name in names:
-        if name in seen and name not in duplicate:
+        if name in expected and name in seen and name not in duplicate:
             duplicate.append(name)
         seen.add(name)
-    unknown = [n for n in dict.fromkeys(names) if n not in expected]
     missing = [n for n in wanted if n not in seen]
-    if not (duplicate or unknown or missing):
+    if not (duplicate or missing):
         return
     parts = []
     if missing:
         parts.append(f"missing column(s) {', '.join(map(repr, missing))}")
-    if unknown:
-        shown = [repr(n[:QUOTED_CELL_CHARS]) if n else "'' (an empty name)" for n in unknown]
-        parts.append(f"unknown column(s) {', '.join(shown)} (remove them from the file)")
     if duplicate:
         parts.append(f"duplicate column(s) {', '.join(map(repr, duplicate))}")
     raise IngestError(
         "bad_header",
         f"{what} does not match the schema: " + "; ".join(parts),
-        {"missing": missing, "unknown": unknown, "duplicate": duplicate},
+        {"missing": missing, "duplicate": duplicate},
     )

@@ -90,9 +90,12 @@ def csv_records(stream: BinaryIO, max_bytes: int | None) -> Iterator[Any]:
         counting.close()
 
 
-def read_header(reader: Any, schema: DatasetSchema, unit_column: str | None = None) -> list[int]:
+def read_header(
+    reader: Any, schema: DatasetSchema, unit_column: str | None = None
+) -> tuple[list[int], int]:
     """File column index of each schema attribute, schema order (then of `unit_column`,
-    the privacy unit's id column, when given: the one column that is no attribute)."""
+    the privacy unit's id column, when given), and the number of columns of the file.
+    Columns the schema does not name are not read."""
     header: list[str] = []
     while not header:  # blank lines before the header are skipped
         try:
@@ -113,7 +116,7 @@ def read_header(reader: Any, schema: DatasetSchema, unit_column: str | None = No
     wanted = list(schema.names) + ([unit_column] if unit_column is not None else [])
     check_column_names(names, wanted, "the header")
     position = {name: i for i, name in enumerate(names)}
-    return [position[name] for name in wanted]
+    return [position[name] for name in wanted], len(names)
 
 
 def read_batches(

@@ -94,9 +94,9 @@ def encode_csv(
         stream.seek(start)  # not canonical (or not valid): the exact path decides
     ids = UnitIds()
     with csv_records(stream, max_bytes) as reader:
-        file_columns = read_header(reader, schema, unit_column)
+        file_columns, n_fields = read_header(reader, schema, unit_column)
         unit_cells = _UnitCells(unit_column, ids) if unit_column is not None else None
-        table = _encode_rows(reader, schema, file_columns, chunk_rows, unit_cells)
+        table = _encode_rows(reader, schema, file_columns, n_fields, chunk_rows, unit_cells)
     return truncate_units(table, ids, unit)
 
 
@@ -123,13 +123,13 @@ def _encode_rows(
     reader: Any,
     schema: DatasetSchema,
     file_columns: list[int],
+    n_fields: int,
     chunk_rows: int,
     unit_cells: _UnitCells | None = None,
 ) -> EncodedTable:
     encoders: list[ColumnEncoder | _UnitCells] = [ColumnEncoder(a) for a in schema.attributes]
     if unit_cells is not None:
         encoders.append(unit_cells)  # its file column is the last of file_columns
-    n_fields = len(file_columns)  # the header matched the schema exactly
     parts: list[list[np.ndarray]] = [[] for _ in encoders]
     total_rows = 0
     offence: _Offence | None = None

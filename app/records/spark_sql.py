@@ -17,8 +17,8 @@ spells them), or -1 (`BAD_CODE`) for a value outside the schema:
   number type converted to a double as Arrow converts it (decimals too, whose doubles
   Arrow computes its own way, not always the nearest: `_decimal_as_arrow_double`).
   Numeric bins are `[eᵢ, eᵢ₊₁)`, the last closed, `clip` clamping into the first or last
-  bin; integers are codes 0..size-1 (`clip` clamping), a number with a fraction, NaN or
-  infinity is out of the schema.
+  bin; an integer in min..max has the code (value - min) div width (`clip` clamping into
+  min..max), a number with a fraction, NaN or infinity is out of the schema.
 - a null, or NaN in a floating column, is the missing code (the last) with `missing`.
 Where the engine is stricter than an upload: text numbers in non-ASCII digits, and
 timestamps read as categories (Arrow's spelling of them is not Spark's) are refused.
@@ -256,14 +256,18 @@ def _code_of_number(attribute: Attribute, x: str) -> str:
     """The code of a double `x` (NULL or NaN: out of the schema)."""
     if attribute.kind == "numeric":
         return _bin(attribute, x)
-    size = attribute.value_size
+    low, high, width = attribute.integer_range
     below = "0" if attribute.clip else str(BAD_CODE)
-    above = str(size - 1) if attribute.clip else str(BAD_CODE)
+    above = str(attribute.value_size - 1) if attribute.clip else str(BAD_CODE)
+    # Whole doubles in min..max (|min|, |max| <= 2^53) are exact, and so are their
+    # offsets from min: the code is the offset divided by the width, rounded down.
+    offset = f"CAST({x} AS BIGINT) - {low}" if low else f"CAST({x} AS BIGINT)"
+    code = offset if width == 1 else f"({offset}) div {width}"
     # x - x is NaN exactly when x is NaN or infinite; x % 1 is 0 exactly for whole x.
     return (
         f"CASE WHEN {x} IS NULL OR isnan({x} - {x}) OR {x} % 1.0D != 0.0D THEN {BAD_CODE} "
-        f"WHEN {x} < 0.0D THEN {below} WHEN {x} > {size - 1}.0D THEN {above} "
-        f"ELSE CAST({x} AS INT) END"
+        f"WHEN {x} < {low}.0D THEN {below} WHEN {x} > {high}.0D THEN {above} "
+        f"ELSE CAST({code} AS INT) END"
     )
 
 

@@ -39,6 +39,7 @@ from app.schema.rules import (
     MAX_NAME_LENGTH,
     MAX_VALUE_LENGTH,
     AttributeKind,
+    Label,
     SchemaError,
     format_number,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Attribute",
     "AttributeKind",
     "DatasetSchema",
+    "Label",
     "SchemaError",
     "format_number",
     "parse_schema",

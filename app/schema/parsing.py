@@ -24,9 +24,10 @@ _MISSING_KEYS = frozenset({"missing", "missing_values"})
 _ALLOWED_KEYS: dict[str, frozenset[str]] = {
     "categorical": frozenset({"name", "type", "values"}) | _MISSING_KEYS,
     "numeric": frozenset({"name", "type", "bins", "clip"}) | _MISSING_KEYS,
-    "integer": frozenset({"name", "type", "size", "clip"}) | _MISSING_KEYS,
+    "integer": frozenset({"name", "type", "size", "min", "max", "width", "clip"}) | _MISSING_KEYS,
 }
 _REQUIRED_KEY = {"categorical": "values", "numeric": "bins", "integer": "size"}
+_INTEGER_KEYS = ("min", "max", "width")
 
 
 def _pairs_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -43,7 +44,8 @@ def parse_schema(obj: object) -> DatasetSchema:
 
     Full form: ``{"attributes": [{"name", "type": "categorical", "values": [...]},
     {"name", "type": "numeric", "bins": [...], "clip"?}, {"name", "type": "integer",
-    "size", "clip"?}, ...]}``; any attribute may add ``"missing": true`` and
+    "min", "max", "width"?, "clip"?} or its older form {"name", "type": "integer", "size",
+    "clip"?} (min 0, max size-1), ...]}``; any attribute may add ``"missing": true`` and
     ``"missing_values": [...]`` (default ``[""]``); a drafted schema may add
     ``"private_bins": {"rho", "attributes"?}`` (`app.schema.private_bins`). Size map:
     ``{"age": 85, "sex": 2}`` (integer codes).
@@ -144,7 +146,9 @@ def _parse_attribute(position: int, entry: object) -> Attribute:
             f"attribute (allowed: {', '.join(sorted(allowed))})"
         )
     required = _REQUIRED_KEY[kind]
-    if required not in entry:
+    if kind == "integer" and required not in entry and not ("min" in entry and "max" in entry):
+        raise SchemaError(f"{where}: an integer attribute needs 'min' and 'max' (or 'size')")
+    if kind != "integer" and required not in entry:
         raise SchemaError(f"{where}: a {kind} attribute needs {required!r}")
     clip = entry.get("clip", False)
     if not isinstance(clip, bool):
@@ -177,7 +181,29 @@ def _parse_attribute(position: int, entry: object) -> Attribute:
                     f"{where}: bin edge {edge_position} must be a number, got {_json_type(edge)}"
                 )
         return Attribute.numeric(name, bins, clip=clip, **options)
-    size = entry["size"]
-    if not isinstance(size, int) or isinstance(size, bool):
-        raise SchemaError(f"{where}: size must be a positive integer, got {_json_type(size)}")
-    return Attribute.integer(name, size, clip=clip, **options)
+    return _parse_integer(where, name, entry, clip, options)
+
+
+def _parse_integer(
+    where: str, name: str, entry: Mapping[str, Any], clip: bool, options: dict[str, Any]
+) -> Attribute:
+    """`{"size": n}` (min 0, max n-1) or `{"min", "max", "width"?}`."""
+    if "size" in entry:
+        both = [key for key in ("min", "max") if key in entry]
+        if both:
+            raise SchemaError(
+                f"{where}: give either size or min and max, not both (found size and "
+                f"{' and '.join(both)})"
+            )
+        size = entry["size"]
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise SchemaError(f"{where}: size must be a positive integer, got {_json_type(size)}")
+    for key in _INTEGER_KEYS:
+        if key in entry and (not isinstance(entry[key], int) or isinstance(entry[key], bool)):
+            raise SchemaError(f"{where}: {key} must be an integer, got {_json_type(entry[key])}")
+    width = entry.get("width", 1)
+    if "size" in entry:
+        return Attribute.integer(name, entry["size"], clip=clip, width=width, **options)
+    return Attribute.integer(
+        name, min=entry["min"], max=entry["max"], width=width, clip=clip, **options
+    )

@@ -8,6 +8,9 @@ from typing import Literal
 import numpy as np
 
 AttributeKind = Literal["categorical", "numeric", "integer"]
+# What answers show for a code: a categorical value or a bin "[a, b)" (str), an
+# integer attribute's value (int), or None (JSON null) for the missing code.
+Label = str | int | None
 ATTRIBUTE_KINDS: tuple[str, ...] = ("categorical", "numeric", "integer")
 
 # Limits that keep one schema reasonable to store, show and model; cell limits of
@@ -16,6 +19,9 @@ MAX_ATTRIBUTES = 256
 MAX_ATTRIBUTE_SIZE = 1_000_000
 MAX_NAME_LENGTH = 128
 MAX_VALUE_LENGTH = 1_000
+# An integer attribute's min and max: every integer up to 2^53 is exact as a double,
+# which engines that read numbers as doubles (Spark SQL) compare with.
+MAX_INTEGER = 2**53
 # With `"missing": true`, the CSV cells that mean "no value" unless the schema says.
 DEFAULT_MISSING_VALUES: tuple[str, ...] = ("",)
 MAX_MISSING_VALUES = 100
@@ -75,3 +81,8 @@ def is_real_number(x: object) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(
         x, (bool, np.bool_)
     )
+
+
+def is_integer_value(x: object) -> bool:
+    """An integer (Python's or numpy's), not a boolean."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))

@@ -88,8 +88,8 @@ def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
     """The curator's schema (either API.md form, as JSON text or parsed); 422 if invalid.
 
     Beyond the schema's own rules: names and values without control characters (they
-    are stored, listed and logged), and numeric bin edges within ±MAX_COORDINATE (a
-    moment of a bin midpoint must stay a finite float).
+    are stored, listed and logged), and numeric bin edges and integer bounds within
+    ±MAX_COORDINATE (a moment of a code's value must stay a finite float).
     """
     try:
         schema = parse_schema(schema_obj)
@@ -106,6 +106,12 @@ def parse_dataset_schema(schema_obj: Any) -> DatasetSchema:
                     f"{where}: names and values must not contain control characters "
                     f"(found {describe_character(found)})"
                 )
+        if attribute.kind == "integer" and max(map(abs, attribute.integer_range[:2])) > (
+            MAX_COORDINATE
+        ):
+            raise InvalidRequest(
+                f"{where}: min and max must lie within ±{format_limit(MAX_COORDINATE)}"
+            )
         for edge in attribute.bins or ():
             if abs(edge) > MAX_COORDINATE:
                 raise InvalidRequest(

@@ -6,7 +6,7 @@ Keeping both sets lets NOT, AND and OR combine predicates exactly as SQL does.
 
 Values are compared as the schema defines the attribute's codes:
 - categorical: its string values (=, <>, IN, LIKE; <, > compare strings);
-- integer: the codes as numbers;
+- integer: the values (min..max); with a bin width > 1 binned as numeric attributes are;
 - numeric (binned): the model counts values per bin, not where they lie inside one, so
   a comparison must hold for all or none of each bin's values — `age < 30` is answered
   when 30 is a bin edge; `age < 31` is refused naming the bin it cuts. `=`/IN also take
@@ -67,11 +67,7 @@ class AttributeCodes:
     def labels(self) -> list[str | int | None]:
         """What a row shows for each code: the value, the bin label, the integer; None
         for the null code."""
-        shown: list[str | int | None]
-        if self.kind == "integer":
-            shown = list(range(self.value_count))
-        else:
-            shown = list(self.attribute.labels()[: self.value_count])
+        shown: list[str | int | None] = list(self.attribute.labels()[: self.value_count])
         if self.null_code is not None:
             shown.append(None)
         return shown
@@ -177,14 +173,18 @@ def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -
             )
         true = mask_of(_known_codes(codes, [value], at))
         return (true, values & ~true) if op == "=" else (values & ~true, true)
+    if codes.attribute.is_binned and isinstance(value, str) and op in ("=", "<>"):
+        true = mask_of(_known_codes(codes, [value], at))  # a bin's label
+        return (true, values & ~true) if op == "=" else (values & ~true, true)
     number = _number(codes, value, at)
-    if codes.kind == "integer":
-        true = mask_of([c for c in range(codes.value_count) if _compare_values(op, c, number)])
-        return true, values & ~true
-    edges = codes.attribute.edges
     true = false = 0
     for code in range(codes.value_count):
-        holds = _bin_truth(edges[code], edges[code + 1], code == codes.value_count - 1, op, number)
+        low, high, closed = codes.attribute.bin_interval(code)
+        if codes.kind == "integer" and op in ("=", "<>"):
+            holds: bool | None = _integers_equal(int(low), int(high), number)
+            holds = holds if holds is None or op == "=" else not holds
+        else:
+            holds = _bin_truth(low, high, closed, op, number)
         if holds is True:
             true |= 1 << code
         elif holds is False:
@@ -192,13 +192,21 @@ def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -
     return true, false
 
 
+def _integers_equal(low: int, high: int, value: float) -> bool | None:
+    """Whether every integer low..high equals `value` (True), none does (False), or some."""
+    if not value.is_integer() or not low <= value <= high:
+        return False
+    return True if low == high else None
+
+
 def _known_codes(codes: AttributeCodes, labels: list[Value], at: Position | None) -> list[int]:
-    if codes.kind == "integer":
+    if codes.kind == "integer" and not codes.attribute.is_binned:
         found = []
+        first = codes.attribute.integer_range[0]
         for label in labels:
             number = _number(codes, label, at)
-            if number.is_integer() and 0 <= number < codes.value_count:
-                found.append(int(number))
+            if number.is_integer() and 0 <= number - first < codes.value_count:
+                found.append(int(number) - first)
         return found
     try:
         return [int(c) for c in codes.attribute.encode_labels(labels)]
@@ -270,10 +278,13 @@ def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Positio
     """Refuse a predicate on a binned attribute that holds for part of a bin only."""
     true, false = masks
     undecided = codes.values_mask & ~(true | false)
-    if not undecided or codes.kind != "numeric":
+    if not undecided or not codes.attribute.is_binned:
         return
     first = (undecided & -undecided).bit_length() - 1
-    edges = ", ".join(format_number(e) for e in codes.attribute.edges)
+    if codes.kind == "integer":
+        edges = ", ".join(str(e) for e in codes.attribute.integer_edges().tolist())
+    else:
+        edges = ", ".join(format_number(e) for e in codes.attribute.edges)
     raise bad_sql(
         f"{text} cuts the bin {codes.labels[first]} of {codes.name!r}: the model counts "
         f"values per bin, not where they lie inside one; compare with bin edges ({edges})",

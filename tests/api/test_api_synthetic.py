@@ -61,7 +61,8 @@ def _codes(text: str) -> np.ndarray:
             bins = np.searchsorted(edges, numbers, side="right") - 1
             codes.append(np.minimum(bins, len(edges) - 2))  # the last bin is closed
         else:
-            lookup = {label: code for code, label in enumerate(attribute.labels())}
+            # CSV cells are text: an integer attribute's value 3 is the cell "3".
+            lookup = {str(label): code for code, label in enumerate(attribute.labels())}
             codes.append(np.array([lookup[cell] for cell in cells]))
     return np.stack(codes, axis=1)
 

@@ -187,7 +187,8 @@ def test_factored_queries_are_frames_of_their_axes(
     body = raw.post(f"/v1/datasets/{dataset_id}/queries", json={"queries": [query]}).json()
     (answer,) = body["answers"]
     assert list(frame.columns) == ["grade", "age", "value"]
-    assert [list(row) for row in frame[["grade", "age"]].astype(str).to_numpy()] == answer["labels"]
+    assert [list(row) for row in frame[["grade", "age"]].to_numpy()] == answer["labels"]
+    assert list(frame["grade"].cat.categories) == [0, 1, 2, 3]  # an integer attribute's values
     assert frame["value"].tolist() == pytest.approx(answer["values"])
     assert frame.attrs["model_version"] == body["model_version"]
 

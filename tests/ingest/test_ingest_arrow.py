@@ -119,7 +119,7 @@ def test_structural_problems_are_explained_by_the_exact_path() -> None:
     variants = [
         "\ufeff" + good,  # a byte-order mark
         good.replace(HEADER, HEADER.replace("age", " age")),  # a padded header name
-        good.replace(HEADER, HEADER + ",extra"),  # an unknown column
+        good.replace(HEADER, HEADER + ",extra"),  # a column the rows do not have
         good.replace(HEADER, HEADER.replace("sex", "age")),  # a duplicate column
         "\n".join([*lines[:5], lines[5] + ",1", *lines[6:]]),  # a ragged row
         "\n".join([*lines[:5], '0,0,0,0,"F', 'M"', *lines[6:]]),  # a quoted line break

@@ -68,7 +68,7 @@ def test_the_missing_code_is_one_more_and_last() -> None:
     assert income.midpoints().tolist() == [5.0, 15.0]
     assert income.codes_in_range(0, None).tolist() == [0, 1]
     kids = SCHEMA.attribute("kids")
-    assert kids.labels() == ["0", "1", "2", None]
+    assert kids.labels() == [0, 1, 2, None]
     assert kids.codes_in_range(None, 100).tolist() == [0, 1, 2]
     assert kids.midpoints().tolist() == [0.0, 1.0, 2.0]
     assert SCHEMA.domain().shape(("sex", "income", "kids", "region")) == (3, 3, 4, 2)

@@ -162,7 +162,11 @@ def test_a_non_integral_float_is_no_integer_code() -> None:
 @pytest.mark.parametrize(
     ("change", "code", "words"),
     [
-        (lambda t: t.append_column("extra", pa.array([1] * len(t))), "bad_header", "'extra'"),
+        (
+            lambda t: t.append_column("age", pa.array([1.0] * len(t))),
+            "bad_header",
+            "duplicate column(s) 'age'",
+        ),
         (lambda t: t.drop_columns(["age"]), "bad_header", "missing column(s) 'age'"),
         (lambda t: t.slice(0, 0), "empty_file", "no rows"),
         (
@@ -177,6 +181,19 @@ def test_structural_refusals(change, code: str, words: str) -> None:  # type: ig
     with pytest.raises(IngestError) as caught:
         encode_parquet(parquet_bytes(change(table)), SCHEMA)
     assert caught.value.code == code and words in caught.value.message
+
+
+def test_columns_the_schema_does_not_name_are_not_read() -> None:
+    table, _ = sample(50)
+    expected = encode_parquet(parquet_bytes(table), SCHEMA)
+    # Columns of any type, even types no attribute could read (a date, a list).
+    wider = table.append_column("note", pa.array([[1, 2]] * 50, pa.list_(pa.int64())))
+    wider = wider.add_column(0, "index", pa.array(range(50), pa.int64()))
+    wider = wider.append_column("when", pa.array([None] * 50, pa.date32()))
+    rows, codes = encode_parquet(parquet_bytes(wider), SCHEMA)
+    assert rows == expected[0] and list(codes) == list(SCHEMA.names)
+    for name in SCHEMA.names:
+        np.testing.assert_array_equal(codes[name], expected[1][name], err_msg=name)
 
 
 def test_a_broken_file_and_one_too_large_are_refused() -> None:

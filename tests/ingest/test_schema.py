@@ -122,7 +122,7 @@ INVALID: list[tuple[object, str]] = [
     (_attr(name="a", type="numeric", bins=[0, 1], colour="red"), "unknown key(s) 'colour'"),
     (_attr(name="a", type="categorical"), "needs 'values'"),
     (_attr(name="a", type="numeric"), "needs 'bins'"),
-    (_attr(name="a", type="integer"), "needs 'size'"),
+    (_attr(name="a", type="integer"), "needs 'min' and 'max' (or 'size')"),
     (_attr(name="a", type="categorical", values=[]), "values must not be empty"),
     (_attr(name="a", type="categorical", values="FM"), "values must be a list"),
     (_attr(name="a", type="categorical", values=["F", "M", "F"]), "duplicate value 'F'"),
@@ -196,7 +196,7 @@ def test_labels() -> None:
         "[65, 120]",
     ]
     assert schema.attribute("score").labels() == ["[-1.5, 0)", "[0, 0.25)", "[0.25, 2]"]
-    assert schema.attribute("children").labels() == ["0", "1", "2", "3"]
+    assert schema.attribute("children").labels() == [0, 1, 2, 3]
 
 
 def test_midpoints() -> None:
@@ -242,8 +242,11 @@ def test_codes_in_range_numeric_on_edges() -> None:
     # Bounds outside the edges hold no other data, so they do not cut a bin.
     np.testing.assert_array_equal(age.codes_in_range(-10, 1000), [0, 1, 2, 3, 4])
     np.testing.assert_array_equal(age.codes_in_range(65, 121), [4])
+    # The closed last bin holds its top edge: le there is exact, ge there cuts it.
+    np.testing.assert_array_equal(age.codes_in_range(30, le=120), [2, 3, 4])
+    with pytest.raises(SchemaError, match=r"ge=120 cuts the bin \[65, 120\]; ge: 120 holds"):
+        age.codes_in_range(ge=120)
     # Ranges outside the domain select nothing.
-    assert age.codes_in_range(ge=120).size == 0
     assert age.codes_in_range(ge=500).size == 0
     assert age.codes_in_range(lt=0).size == 0
 
@@ -257,8 +260,11 @@ def test_codes_in_range_refuses_a_bound_that_cuts_a_bin() -> None:
     with pytest.raises(SchemaError, match=r"lt=50 cuts the bin \[45, 65\)"):
         age.codes_in_range(lt=50)
     # The last bin is closed: lt=120 would leave out the value 120 itself.
-    with pytest.raises(SchemaError, match=r"lt=120 cuts the bin \[65, 120\]; use lt > 120"):
+    with pytest.raises(SchemaError, match=r"lt=120 cuts the bin \[65, 120\]; .* use le: 120"):
         age.codes_in_range(30, 120)
+    # le is exact only at the top edge: the value 65 itself lies in [65, 120].
+    with pytest.raises(SchemaError, match=r"le=65 cuts the bin \[65, 120\]; le must be"):
+        age.codes_in_range(le=65)
 
 
 def test_codes_in_range_integer_and_categorical_and_bad_bounds() -> None:

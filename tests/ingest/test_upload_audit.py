@@ -49,7 +49,7 @@ def test_a_long_bad_parquet_cell_is_quoted_truncated_like_a_csv_cell(column: str
 def test_a_bad_parquet_number_is_shown_as_a_number() -> None:
     with pytest.raises(IngestError) as caught:
         encode_upload(parquet({"sex": ["F", "M"], "kids": [0, 1234567]}), SCHEMA)
-    assert "on row 2: 1234567 is not an integer code in 0..2" in caught.value.message
+    assert "on row 2: 1234567 is outside the integers 0..2" in caught.value.message
 
 
 def test_float_ids_equal_as_numbers_are_one_unit() -> None:

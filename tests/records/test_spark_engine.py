@@ -136,6 +136,11 @@ SCHEMA = DatasetSchema(
         Attribute.integer("kids", 5, clip=True),
         Attribute.integer("whole", 4, missing=True),
         Attribute.integer("spelled", 6, missing=True, missing_values=["NA"]),
+        # Integer attributes with min, max and a bin width (the last bin closed at max).
+        Attribute.integer("day", min=1, max=31, missing=True),
+        Attribute.integer("hhmm", min=0, max=2359, width=100),
+        Attribute.integer("year", min=-50, max=49, width=7, clip=True),
+        Attribute.integer("minutes", min=-5, max=1000, width=60, missing=True),
     )
 )
 
@@ -179,6 +184,10 @@ def mixed_table(rng: np.random.Generator, rows: int = ROWS) -> pa.Table:
             "kids": rng.integers(-3, 9, rows),
             "whole": pick([0.0, 1.0, 3.0, float("nan"), None]),
             "spelled": pick(["3", "3.0", " 4 ", "1e0", "NA", None, "0"]),
+            "day": pick([1.0, 31.0, 15.0, 2.0, float("nan"), None]),
+            "hhmm": pick(["0", "959", "1000", "2359", " 1230 ", "2300", "99"]),
+            "year": rng.integers(-100, 100, rows),
+            "minutes": pa.array(pick([-5, 54, 55, 60, 1000, 999, 940, 0, None]), pa.int16()),
             "person": pick([f" p{i} " for i in range(300)]),
         }
     )
@@ -198,6 +207,7 @@ MARGINALS = [
     ("kids", "score", "dictionary"),
     ("score", "kids"),
     ("price", "large", "from_double"),
+    ("day", "hhmm", "year", "minutes"),
     (),
 ]
 
@@ -214,6 +224,14 @@ def test_counts_equal_the_stored_path_in_one_query(spark: Any, mixed: Path) -> N
         np.testing.assert_array_equal(got[marginal], expected[marginal], err_msg=str(marginal))
     # The data reach the codes that matter here: missing codes; -0.0 and 0.0 apart.
     assert got[("text",)][-1] > 0 and got[("age",)][-1] > 0 and got[("whole",)][-1] > 0
+    # Integer bins: min -5, width 60: -5..54 is code 0, 55 opens code 1, 1000 the last.
+    minutes = mixed_table(np.random.default_rng(7)).column("minutes").to_pylist()
+    by_hand = np.bincount(
+        [17 if m is None else (m + 5) // 60 for m in minutes], minlength=18
+    )  # 17 codes of width 60 from -5 (the last, [955, 1000], closed), then the missing code
+    assert SCHEMA.attribute("minutes").labels()[-2:] == ["[955, 1000]", None]
+    np.testing.assert_array_equal(got[("minutes",)], by_hand)
+    assert got[("year",)][0] > 0 and got[("year",)][-1] > 0  # clipped into the end bins
     assert got[("from_double",)][0] > 0 and got[("from_double",)][1] > 0  # -0 and 0 apart
     assert got[()][0] == ROWS
 

@@ -117,10 +117,13 @@ MAX_VALUES_PER_LIST = 1_000_000
 
 
 class RangeIn(RequestBody):
-    """A half-open range [ge, lt) on original values (numeric and integer attributes)."""
+    """A range on original values (numeric and integer attributes): from `ge`
+    (included) up to `lt` (excluded) or `le` (included). Bins are [eᵢ, eᵢ₊₁), the last
+    [eₙ₋₁, eₙ]: `le` at the top edge eₙ takes the last bin whole."""
 
     ge: Coordinate | None = None
     lt: Coordinate | None = None
+    le: Coordinate | None = None
 
 
 class GroupsIn(RequestBody):
@@ -140,7 +143,7 @@ class FactoredQueryIn(RequestBody):
     ] = Field(
         default_factory=dict,
         max_length=MAX_ATTRIBUTES_PER_CLAUSE,
-        description='Evidence: a set of values, or {"ge", "lt"} on original values.',
+        description='Evidence: a set of values, or {"ge", "lt" or "le"} on original values.',
     )
     by: dict[AttributeName, Literal["value", "cdf"] | GroupsIn] = Field(
         default_factory=dict,
@@ -163,7 +166,7 @@ class FactoredQueryIn(RequestBody):
     def to_spec(self) -> answers.QuerySpec:
         return answers.QuerySpec(
             where={
-                name: answers.ValueRange(c.ge, c.lt) if isinstance(c, RangeIn) else c
+                name: answers.ValueRange(c.ge, c.lt, c.le) if isinstance(c, RangeIn) else c
                 for name, c in self.where.items()
             },
             by={

@@ -18,7 +18,7 @@ from app.api.openapi import refusals
 from app.api.pagination import PAGED, PageDep
 from app.api.routers.registrations import REGISTRATION_OPENAPI
 from app.api.schemas import NO_SUCH_DATASET, DatasetOut, DatasetPatch, error_responses
-from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, Name, ResourceId, SafeText
+from app.api.types import MAX_DECIMAL_TEXT, RHO_TOTAL, JsonText, Name, ResourceId
 from app.errors import InvalidRequest, JobsPending, NotFound
 from app.ingest import PARQUET_CONTENT_TYPE
 from app.services import datasets as dataset_service
@@ -50,12 +50,12 @@ def upload_dataset(
         ),
     ],
     schema_text: Annotated[
-        SafeText | UploadFile,
+        JsonText | UploadFile,
         Form(
             alias="schema",
-            description="The public schema as JSON, a string field or a file part: "
-            '{"attributes": [...]} or a size map {"age": 85, "sex": 2} (integer codes '
-            "0..size-1).",
+            description="The public schema as JSON (pretty-printed or not), a string field "
+            'or a file part: {"attributes": [...]} or a size map {"age": 85, "sex": 2} '
+            "(integers 0..size-1).",
             examples=[SCHEMA_EXAMPLE, '{"age": 85, "sex": 2}'],
         ),
     ],
@@ -74,7 +74,7 @@ def upload_dataset(
         ),
     ] = None,
     privacy_unit: Annotated[
-        SafeText | None,
+        JsonText | None,
         Form(
             description='Optional: {"column": "person_id", "max_rows": k}. Rows sharing an '
             "id are one unit; each keeps at most k of its rows (chosen at random); the id "

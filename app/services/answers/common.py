@@ -13,7 +13,7 @@ import orjson
 
 from app.errors import InvalidRequest, InvariantViolated
 from app.pgm.elimination import InferenceTooLarge
-from app.schema import Attribute, DatasetSchema, SchemaError
+from app.schema import Attribute, DatasetSchema, Label, SchemaError
 from app.services.models import LoadedModel
 
 # Largest intermediate table one query's variable elimination may build (8 bytes a
@@ -55,7 +55,7 @@ def attribute_of(schema: DatasetSchema, name: str, parameter: str) -> Attribute:
         raise invalid(parameter, f"{error}; known attributes: {', '.join(schema.names)}") from None
 
 
-def cell_labels(label_lists: Sequence[Sequence[str | None]]) -> list[tuple[str | None, ...]]:
+def cell_labels(label_lists: Sequence[Sequence[Label]]) -> list[tuple[Label, ...]]:
     """One tuple of labels per cell of the table over these axes, row-major."""
     return list(itertools.product(*label_lists))
 
@@ -113,7 +113,7 @@ def numbers_json(values: np.ndarray) -> bytes:
     return orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def labels_json(label_lists: Sequence[Sequence[str | None]]) -> bytes:
+def labels_json(label_lists: Sequence[Sequence[Label]]) -> bytes:
     """`cell_labels` as JSON: the bytes `orjson.dumps(cell_labels(label_lists))` writes.
 
     Each label is encoded once, and the cells sharing a first-axis label are one

@@ -14,7 +14,7 @@ from app.pgm import queries as q
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
-from app.schema import Attribute, SchemaError, format_number
+from app.schema import Attribute, Label, SchemaError, format_number
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
@@ -33,10 +33,12 @@ from app.services.models import LoadedModel
 
 @dataclass(frozen=True)
 class ValueRange:
-    """A half-open range [ge, lt) on original values; either bound may be omitted."""
+    """A range on original values from `ge` (included) up to `lt` (excluded) or `le`
+    (included); any bound may be omitted."""
 
     ge: float | None = None
     lt: float | None = None
+    le: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class PreparedQuery:
 
     query: FactoredQuery
     axis_attributes: tuple[str, ...]
-    axis_labels: tuple[tuple[str | None, ...], ...]
+    axis_labels: tuple[tuple[Label, ...], ...]
     # Sentences for the answer (moments that skip missing values).
     notes: tuple[str, ...] = ()
 
@@ -125,14 +127,14 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
     row_factors: list[QueryFactor] = []
     axis_factors: list[QueryFactor] = []
     axis_attributes: list[str] = []
-    axis_labels: list[tuple[str | None, ...]] = []
+    axis_labels: list[tuple[Label, ...]] = []
     notes: list[str] = []
     try:
         for name, condition in spec.where.items():
             attribute = attribute_for("where", name)
             path = f"{parameter}.where.{name}"
             if isinstance(condition, ValueRange):
-                codes = codes_in_range(attribute, condition.ge, condition.lt, path)
+                codes = codes_in_range(attribute, condition.ge, condition.lt, path, condition.le)
             else:
                 codes = codes_of_labels(attribute, list(condition), path)
             row_factors.append(q.indicator(domain, name, codes))
@@ -153,7 +155,7 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
                     for group, values in how.groups.items()
                 }
                 factor = q.groups(domain, name, members)
-                labels: tuple[str | None, ...] = factor.labels
+                labels: tuple[Label, ...] = factor.labels
             elif how == "value":
                 factor = q.identity(domain, name)
                 labels = tuple(attribute.labels())  # JSON null for the missing code

@@ -6,10 +6,11 @@ Two methods (`GET /synthetic?method=`):
   the model's within a clique.
 - "sample": records drawn i.i.d. from the model (`GraphicalModel.sample_chunks`).
 
-Cells are the schema's values: a categorical value, an integer attribute's code (the
-bin's single value), and for a numeric attribute a number inside its bin — uniform in
-[lo, hi), written with a fixed number of decimals for the attribute (truncated, so it
-never reaches hi) — never a bin label. A missing code (an attribute with `missing`) is
+Cells are the schema's values: a categorical value; an integer attribute's value (with
+a bin width > 1, one of its bin's integers, uniform among them); and for a numeric
+attribute a number inside its bin — uniform in [lo, hi), written with a fixed number of
+decimals for the attribute (truncated, so it never reaches hi) — never a bin label or a
+midpoint. A missing code (an attribute with `missing`) is
 an empty cell. Deterministic given `seed`: the records and the
 numbers inside bins come from two generators seeded from it. Both methods stream in
 chunks of SYNTHETIC_CHUNK_ROWS rows; no table of all rows is ever held.
@@ -107,8 +108,35 @@ def _numbers_in_bins(attribute: Attribute) -> Column:
     return Column(draw, texts)
 
 
+def _integers_in_bins(attribute: Attribute) -> Column:
+    """An integer attribute with bins wider than one value: each code's integers drawn
+    uniformly (the last bin, closed at max, may hold fewer)."""
+    edges = attribute.integer_edges()  # code c holds the integers edges[c]..edges[c+1]-1
+    first, count = edges[:-1], np.diff(edges)
+    bins = len(first)  # the missing code, if any, is `bins`: an empty cell
+
+    def draw(codes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        in_bin = np.minimum(codes, bins - 1)
+        # floor(u * n) for u in [0, 1) is uniform on 0..n-1.
+        offsets = np.floor(rng.random(codes.size) * count[in_bin]).astype(np.int64)
+        values: np.ndarray = first[in_bin] + np.minimum(offsets, count[in_bin] - 1)
+        return values
+
+    def texts(codes: np.ndarray, values: np.ndarray | None) -> list[str]:
+        texts: list[str] = [str(v) for v in np.asarray(values).tolist()]
+        for i in np.flatnonzero(codes >= bins):
+            texts[i] = ""
+        return texts
+
+    return Column(draw, texts)
+
+
 def _column(attribute: Attribute) -> Column:
-    return _numbers_in_bins(attribute) if attribute.kind == "numeric" else _labels(attribute)
+    if attribute.kind == "numeric":
+        return _numbers_in_bins(attribute)
+    if attribute.kind == "integer" and attribute.is_binned:
+        return _integers_in_bins(attribute)
+    return _labels(attribute)
 
 
 def _csv_text(rows: Iterable[Iterable[str]]) -> bytes:

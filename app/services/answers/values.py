@@ -51,12 +51,16 @@ def _parse_bound(text: str, parameter: str, attribute: Attribute) -> float | Non
 
 
 def codes_in_range(
-    attribute: Attribute, ge: float | None, lt: float | None, parameter: str
+    attribute: Attribute,
+    ge: float | None,
+    lt: float | None,
+    parameter: str,
+    le: float | None = None,
 ) -> np.ndarray:
-    if ge is None and lt is None:
+    if ge is None and lt is None and le is None:
         raise invalid(parameter, f"the range on {attribute.name!r} needs a lower or upper bound")
     try:
-        return attribute.codes_in_range(ge, lt)
+        return attribute.codes_in_range(ge, lt, le=le)
     except SchemaError as error:
         raise invalid(parameter, str(error)) from None
 
@@ -73,7 +77,8 @@ def codes_of_labels(attribute: Attribute, labels: Sequence[object], parameter: s
 def parse_where(
     schema: DatasetSchema, text: str, *, parameter: str = "where"
 ) -> tuple[str, np.ndarray]:
-    """`attr:v1,v2` (a value set) or `attr:lo..hi` (half-open range) → (attribute, codes).
+    """`attr:v1,v2` (a value set), `attr:lo..hi` (from lo up to hi, hi excluded) or
+    `attr:lo..=hi` (hi included) → (attribute, codes).
 
     `null` among the values is the missing code of an attribute with `missing`."""
     name, separator, rest = text.partition(":")
@@ -87,6 +92,9 @@ def parse_where(
     if attribute.kind != "categorical" and ".." in rest:
         low, _, high = rest.partition("..")
         ge = _parse_bound(low, parameter, attribute)
+        if high.startswith("="):  # lo..=hi: hi included
+            le = _parse_bound(high[1:], parameter, attribute)
+            return attribute.name, codes_in_range(attribute, ge, None, parameter, le)
         lt = _parse_bound(high, parameter, attribute)
         return attribute.name, codes_in_range(attribute, ge, lt, parameter)
     values = _split_values(attribute, rest) if rest else []
