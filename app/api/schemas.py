@@ -232,6 +232,23 @@ class PrivacyUnitOut(BaseModel):
         return None if described is None else cls(**described)
 
 
+class PrivateBinsOut(BaseModel):
+    """What the schema's draft spent on private bin edges, charged to the dataset."""
+
+    rho: float = Field(
+        description="ρ (zCDP) the draft spent on the curator's table, written at upload as "
+        "the curator's ledger line and counted in rho_total."
+    )
+    attributes: list[str] = Field(
+        description="The attributes whose edges a private quantile mechanism released."
+    )
+
+    @classmethod
+    def of(cls, schema_json: dict[str, Any]) -> PrivateBinsOut | None:
+        recorded = schema_json.get("private_bins")
+        return None if not isinstance(recorded, dict) else cls(**recorded)
+
+
 class SourceOut(BaseModel):
     """Where a dataset registered by reference lives (the admin's view only)."""
 
@@ -274,6 +291,10 @@ class DatasetOut(BaseModel):
         description="Whose privacy budgets on this dataset protect: all rows of one unit "
         "(at most `max_rows`). null: a unit is one row (k = 1).",
     )
+    private_bins: PrivateBinsOut | None = Field(
+        default=None,
+        description="Set: the schema's bin edges were drafted privately, at this cost.",
+    )
     created_at: datetime
     records_purged_at: datetime | None = Field(
         default=None,
@@ -300,6 +321,7 @@ class DatasetOut(BaseModel):
             ),
             estimator=dataset.estimator or "mle",
             privacy_unit=PrivacyUnitOut.of(unit_accounting.described(dataset)),
+            private_bins=PrivateBinsOut.of(dataset.schema_json),
             created_at=dataset.created_at,
             records_purged_at=dataset.records_purged_at,
             status=dataset.status or "ready",  # type: ignore[arg-type]

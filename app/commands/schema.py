@@ -3,7 +3,10 @@ the curator's machine (the file is read locally; nothing is sent anywhere).
 
 The schema (full JSON form) goes to stdout, ready for `-F schema=@schema.json`; the
 warnings go to stderr: that the schema becomes public, and which columns were left out
-and why. `app.schema.drafting` decides each attribute.
+and why. `app.schema.drafting` decides each attribute. `--private-bins RHO` releases the
+numeric ranges and edges with a differentially private quantile mechanism and records
+RHO in the schema (`"private_bins"`), which the upload then charges against the
+dataset's `rho_total`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ PARQUET_MAGIC = b"PAR1"
 # (tests/cli/test_cli_startup.py checks that they agree).
 DEFAULT_MAX_CATEGORIES = 20
 DEFAULT_BINS = 10
+# app.limits.MAX_RHO: a larger ρ would not fit one grant.
+MAX_PRIVATE_BINS_RHO = 1_000_000.0
 
 
 def read_table(path: Path) -> Any:
@@ -60,9 +65,19 @@ def draft(args: argparse.Namespace, _settings: Any = None) -> int:
     except (OSError, ValueError, pa.ArrowException) as error:  # UnicodeDecodeError too
         print(f"privq: cannot read {path}: {error}", file=sys.stderr)
         return 1
-    result = draft_schema(
-        table, max_categories=args.max_categories, bins=args.bins, exclude=args.exclude
-    )
+    try:
+        result = draft_schema(
+            table,
+            max_categories=args.max_categories,
+            bins=args.bins,
+            exclude=args.exclude,
+            private_bins=args.private_bins,
+            unit=args.unit,
+            max_rows=args.max_rows,
+        )
+    except ValueError as error:
+        print(f"privq: {error}", file=sys.stderr)
+        return 1
     for warning in result.warnings:
         print(f"privq: warning: {warning}", file=sys.stderr)
     print(json.dumps(result.schema, indent=2, ensure_ascii=False))
@@ -73,6 +88,16 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be a positive integer")
+    return value
+
+
+def _rho(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number") from None
+    if not 0 < value <= MAX_PRIVATE_BINS_RHO:
+        raise argparse.ArgumentTypeError(f"must be positive and at most {MAX_PRIVATE_BINS_RHO:g}")
     return value
 
 
@@ -106,5 +131,28 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         default=[],
         metavar="COLUMN",
         help="leave this column out (e.g. the privacy unit's id column); repeatable",
+    )
+    drafting.add_argument(
+        "--private-bins",
+        type=_rho,
+        default=None,
+        metavar="RHO",
+        help="release the ranges and edges of numeric columns with a differentially "
+        "private quantile mechanism, spending RHO (zCDP) split equally over them; the "
+        "schema records RHO and the upload charges it to the dataset's rho_total",
+    )
+    drafting.add_argument(
+        "--unit",
+        default=None,
+        metavar="COLUMN",
+        help="the privacy unit's id column, as at upload (left out of the schema; with "
+        "--private-bins each unit keeps its first --max-rows rows)",
+    )
+    drafting.add_argument(
+        "--max-rows",
+        type=_positive,
+        default=1,
+        metavar="K",
+        help="with --unit: the rows one unit may contribute, as at upload (default 1)",
     )
     drafting.set_defaults(handler=draft, database="none")  # reads a local file only

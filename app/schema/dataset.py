@@ -8,6 +8,7 @@ from typing import Any
 
 from app.pgm.domain import Domain
 from app.schema.attribute import Attribute
+from app.schema.private_bins import PrivateBins
 from app.schema.rules import MAX_ATTRIBUTES, SchemaError, quote
 
 
@@ -16,6 +17,8 @@ class DatasetSchema:
     """The ordered attributes of a dataset; its order is the domain's order."""
 
     attributes: tuple[Attribute, ...]
+    # What the schema's draft spent on private bin edges (charged at upload), if any.
+    private_bins: PrivateBins | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.attributes, tuple) or not all(
@@ -54,4 +57,7 @@ class DatasetSchema:
 
     def to_json(self) -> dict[str, Any]:
         """Canonical full form (API.md); `parse_schema` reads it back to an equal schema."""
-        return {"attributes": [a.to_json() for a in self.attributes]}
+        out: dict[str, Any] = {"attributes": [a.to_json() for a in self.attributes]}
+        if self.private_bins is not None:
+            out["private_bins"] = self.private_bins.to_json()
+        return out

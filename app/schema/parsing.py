@@ -9,6 +9,7 @@ from typing import Any
 
 from app.schema.attribute import Attribute
 from app.schema.dataset import DatasetSchema
+from app.schema.private_bins import parse_private_bins
 from app.schema.rules import (
     ATTRIBUTE_KINDS,
     DEFAULT_MISSING_VALUES,
@@ -45,8 +46,9 @@ def parse_schema(obj: object) -> DatasetSchema:
     {"name", "type": "numeric", "bins": [...], "clip"?}, {"name", "type": "integer",
     "min", "max", "width"?, "clip"?} or its older form {"name", "type": "integer", "size",
     "clip"?} (min 0, max size-1), ...]}``; any attribute may add ``"missing": true`` and
-    ``"missing_values": [...]`` (default ``[""]``). Size map: ``{"age": 85, "sex": 2}``
-    (integer codes).
+    ``"missing_values": [...]`` (default ``[""]``); a drafted schema may add
+    ``"private_bins": {"rho", "attributes"?}`` (`app.schema.private_bins`). Size map:
+    ``{"age": 85, "sex": 2}`` (integer codes).
     Pass the JSON text when you have it: only then are duplicate keys detected.
     """
     if isinstance(obj, (bytes, bytearray)):
@@ -70,18 +72,21 @@ def parse_schema(obj: object) -> DatasetSchema:
             'schema must be a JSON object: {"attributes": [...]} or a size map {"age": 85, ...}'
         )
     if "attributes" in obj and isinstance(obj["attributes"], list):
-        unknown = sorted(set(obj) - {"attributes"})
+        unknown = sorted(set(obj) - {"attributes", "private_bins"})
         if unknown:
             raise SchemaError(
-                f"unknown schema key(s) {', '.join(map(quote, unknown))}; the full form has only "
-                '"attributes"'
+                f"unknown schema key(s) {', '.join(map(quote, unknown))}; the full form has "
+                '"attributes" and, from a draft with private bins, "private_bins"'
             )
         entries = obj["attributes"]
         if len(entries) > MAX_ATTRIBUTES:
             raise SchemaError(
                 f"schema has {len(entries)} attributes; at most {MAX_ATTRIBUTES} are allowed"
             )
-        return DatasetSchema(tuple(_parse_attribute(i, e) for i, e in enumerate(entries)))
+        private_bins = parse_private_bins(obj["private_bins"]) if "private_bins" in obj else None
+        return DatasetSchema(
+            tuple(_parse_attribute(i, e) for i, e in enumerate(entries)), private_bins
+        )
     return _parse_size_map(obj)
 
 

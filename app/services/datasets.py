@@ -53,7 +53,7 @@ from app.ingest import (
 )
 from app.limits import MAX_COORDINATE, control_character, describe_character, format_limit
 from app.schema import DatasetSchema, SchemaError, parse_schema
-from app.services import jobs
+from app.services import jobs, private_bins
 from app.services.pages import Page, page
 
 MAX_DATASET_NAME_LENGTH = 200
@@ -158,8 +158,10 @@ def create_dataset(
 ) -> Dataset:
     """Encode the CSV or Parquet `stream` under `schema` (with `unit`: at most
     `unit.max_rows` random rows per unit, the ids never kept); add the dataset and its
-    columns; never commits."""
+    columns, and the curator's charge for the schema's private bins if it has them
+    (`app.services.private_bins`); never commits."""
     name = checked_name(name)
+    private_bins.private_bins_units(schema, rho_total_units)  # 422 before any work
     try:
         table = encode_upload(
             stream, schema, max_bytes=max_bytes, unit=unit, content_type=content_type
@@ -178,6 +180,7 @@ def create_dataset(
         dataset.unit_max_rows = unit.max_rows
     session.add(dataset)
     session.flush()
+    private_bins.charge_private_bins(session, dataset, schema)
     blobs = pack_columns([table.columns[attribute.name] for attribute in schema.attributes])
     for position, (attribute, blob) in enumerate(zip(schema.attributes, blobs, strict=True)):
         session.add(

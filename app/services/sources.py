@@ -32,7 +32,7 @@ from app.errors import InvalidRequest, PrivqError, SourceChanged, SourceNotAllow
 from app.ingest import IngestError, PrivacyUnit
 from app.schema import DatasetSchema
 from app.services import datasets as dataset_service
-from app.services import gate, jobs
+from app.services import gate, jobs, private_bins
 from app.sources import (
     SourceFile,
     SourceUnreadable,
@@ -82,6 +82,7 @@ def register(
             f"source.format must be one of {', '.join(FORMATS)}, not {source_format!r}",
             field="source.format",
         )
+    private_bins.private_bins_units(schema, rho_total_units)
     location = check_uri(uri, roots)
     list_files(location.uri, roots=roots)  # the location exists and holds a file
     dataset = Dataset(
@@ -99,6 +100,7 @@ def register(
         dataset.unit_max_rows = unit.max_rows
     session.add(dataset)
     session.flush()
+    private_bins.charge_private_bins(session, dataset, schema)
     job = jobs.create(
         session,
         job_id=new_id(),

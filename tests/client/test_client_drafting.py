@@ -44,16 +44,27 @@ def test_draft_schema_for_a_dataframe() -> None:
         "values": ["F", "M"],
         "missing": True,
     }
-    assert by_name["age"]["type"] == "numeric" and by_name["age"]["missing"] is True
+    # 21 to 49 are whole numbers: one code each (at most MAX_INTEGER_CODES of them).
+    assert by_name["age"] == {
+        "name": "age",
+        "type": "integer",
+        "min": 21,
+        "max": 49,
+        "clip": False,
+        "missing": True,
+    }
     assert by_name["kids"] == {
         "name": "kids",
         "type": "integer",
-        "size": 5,
+        "min": 0,
+        "max": 3,
         "clip": False,
         "missing": True,
     }
     # "1", "2", "3.0" are all whole numbers: integer codes.
-    assert by_name["code"] == {"name": "code", "type": "integer", "size": 5, "clip": False}
+    assert by_name["code"] == {"name": "code", "type": "integer", "min": 1, "max": 3, "clip": False}
+    # The notes come back with the schema too.
+    assert schema.notes == messages and set(schema.left_out) == {"person"}
 
 
 def test_exclude_leaves_the_id_out_without_a_warning() -> None:

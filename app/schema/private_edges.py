@@ -1,0 +1,140 @@
+"""Private bins for a draft (`privq schema draft --private-bins RHO`): each binned
+column's range and edges released by OpenDP's private quantile
+(`app.privacy.quantiles`), so that the public schema's edges are differentially
+private rather than read off the data.
+
+Budget: RHO (zCDP) is split equally over the columns drafted from numbers, and each
+column's share equally over its `bins + 3` quantile releases (composition adds ρ):
+
+1. the range on a fixed public grid of round numbers (0, ±1, 2, 5 × 10^k; whole
+   numbers: integers only): the `RANGE_ALPHA` and 1 − `RANGE_ALPHA` quantiles, each
+   then widened by one grid point;
+2. the range again on a fine grid of about `FINE_POINTS` round steps inside it: the
+   attribute's lowest and highest edge;
+3. the `bins − 1` inner edges, the i/bins quantiles on the fine grid.
+
+A whole-number column whose private range holds at most `MAX_INTEGER_CODES` integers
+becomes an integer attribute with one code per value and skips step 3 (its share of
+step 3 is not spent; the schema still records RHO, an upper bound). The other columns
+are numeric with round edges at the released quantiles (whole-number edges for whole
+numbers). Every private attribute has ``"clip": true``: the few values beyond the
+private range count in the first or last bin instead of refusing the upload.
+
+Only the edges and ranges are private: the rest of the draft (which columns, their
+types, categories, missing values) reads the data exactly, as without the option.
+A unit of `unit_rows` rows (the file's privacy unit, truncated to that many rows)
+is the neighbouring distance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.privacy import quantiles
+from app.schema.edges import nice_step, quantile_edges, tidy, whole_step
+
+RANGE_ALPHA = 0.01
+FINE_POINTS = 1000
+# The fine grid reaches at most this many (coarse) interquartile spreads beyond the
+# quartiles.
+SPREADS = 2
+# Whole numbers spanning at most this many integers get one code per value (the hours
+# of a day, the days of a month).
+MAX_INTEGER_CODES = 32
+_COARSE_POWERS = range(-3, 13)
+# Releases that place a column's range: the quartiles on the coarse grid, the range
+# on the fine one.
+RANGE_RELEASES = 4
+
+
+def coarse_grid(*, whole: bool) -> list[float]:
+    """The public grid the quartiles are first placed on: 0 and ±m × 10^k for m = 1.0,
+    1.1, …, 9.9 (two significant digits; whole numbers: integers only)."""
+    magnitudes = sorted(
+        {
+            float(tidy(m * 10.0**k / 10))
+            for k in _COARSE_POWERS
+            for m in range(10, 100)
+            if not whole or (m * 10**k) % 10 == 0
+        }
+    )
+    return [-x for x in reversed(magnitudes)] + [0.0] + magnitudes
+
+
+def _grid_step(grid: list[float], x: float) -> float:
+    """The gap between `x` and the next point of `grid` (above it, or below at the top)."""
+    i = grid.index(x)
+    return grid[i + 1] - x if i + 1 < len(grid) else x - grid[i - 1]
+
+
+def _fine_grid(low: float, high: float, *, whole: bool) -> list[float]:
+    step = (
+        whole_step((high - low) / FINE_POINTS) if whole else nice_step((high - low) / FINE_POINTS)
+    )
+    start = math.floor(low / step)
+    stop = math.ceil(high / step)
+    return [float(tidy(i * step)) for i in range(start, stop + 1)]
+
+
+@dataclass
+class PrivateEdges:
+    """Draws the private edges of the columns of one draft, and counts what they spend."""
+
+    rho: float
+    columns: int
+    bins: int
+    unit_rows: int = 1
+    spent: float = 0.0
+    attributes: list[str] = field(default_factory=list)
+
+    @property
+    def rho_per_release(self) -> float:
+        return self.rho / max(self.columns, 1) / (self.bins + RANGE_RELEASES - 1)
+
+    def _quantile(self, values: np.ndarray, candidates: list[float], alpha: float) -> float:
+        rho = self.rho_per_release
+        released = quantiles.private_quantile(values, candidates, alpha, rho, self.unit_rows)
+        self.spent += rho
+        return released
+
+    def _range(self, values: np.ndarray, *, whole: bool) -> tuple[float, float, list[float]]:
+        """The private range [low, high] and the fine grid it lies on (module docstring)."""
+        grid = coarse_grid(whole=whole)
+        q25, q75 = sorted(self._quantile(values, grid, alpha) for alpha in (0.25, 0.75))
+        spread = q75 - q25 + _grid_step(grid, q75)
+        fine = _fine_grid(q25 - SPREADS * spread, q75 + SPREADS * spread, whole=whole)
+        low = self._quantile(values, fine, RANGE_ALPHA)
+        high = self._quantile(values, fine, 1 - RANGE_ALPHA)
+        return min(low, high), max(low, high), fine
+
+    def attribute(self, name: str, values: np.ndarray, *, whole: bool) -> dict[str, Any]:
+        """The attribute of one column drafted from numbers, with private edges."""
+        self.attributes.append(name)
+        low, high, fine = self._range(values, whole=whole)
+        if whole and high - low + 1 <= MAX_INTEGER_CODES:
+            return {
+                "name": name,
+                "type": "integer",
+                "min": int(low),
+                "max": int(high),
+                "clip": True,
+            }
+        inner = [c for c in fine if low < c < high]
+        released = (
+            [self._quantile(values, inner, i / self.bins) for i in range(1, self.bins)]
+            if inner
+            else []
+        )
+        if high <= low:
+            high = low + (fine[1] - fine[0] if len(fine) > 1 else 1.0)
+        edges = quantile_edges(low, high, released, whole=whole)
+        return {"name": name, "type": "numeric", "bins": edges, "clip": True}
+
+    def record(self) -> dict[str, Any]:
+        """The schema's `private_bins` field: the ρ the draft was given (an upper bound
+        on what it spent) and the attributes whose edges it released."""
+        return {"rho": self.rho, "attributes": list(self.attributes)}
