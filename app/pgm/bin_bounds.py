@@ -18,6 +18,7 @@ The missing code (NaN low and high) holds no value and adds nothing. Pure numpy.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -193,3 +194,41 @@ def _greatest_variance(
     variance = s2 / safe - (s1 / safe) ** 2
     result: np.ndarray = variance.max(axis=1) if variance.shape[1] else np.zeros(n.shape[0])
     return result
+
+
+def signed_bounds(
+    answer: np.ndarray, signed_axes: dict[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """From the answer of a query with signed factors (`app.pgm.queries.signed_rows`:
+    axis → K, its 5K rows), the values and their guaranteed least and greatest.
+
+    Each signed axis keeps its first K rows. A product Π (y⁺ − y⁻) expands into 2^m
+    terms of non-negative parts with sign (−1)^(number of y⁻); a term lies between the
+    products of its parts' ends, so the counts (non-negative) weigh those products into
+    bounds: a + term adds [Π lo, Π hi], a − term adds [−Π hi, −Π lo].
+    """
+    answer = np.asarray(answer, dtype=np.float64)
+    axes = sorted(signed_axes)
+
+    def take(blocks: dict[int, int]) -> np.ndarray:
+        index: list[slice] = [slice(None)] * answer.ndim
+        for axis in axes:
+            rows = signed_axes[axis]
+            index[axis] = slice(blocks[axis] * rows, (blocks[axis] + 1) * rows)
+        return answer[tuple(index)]
+
+    values = take(dict.fromkeys(axes, 0))
+    least = np.zeros_like(values)
+    greatest = np.zeros_like(values)
+    for pattern in itertools.product((0, 1), repeat=len(axes)):
+        low_blocks = {axis: 1 + 2 * negative for axis, negative in zip(axes, pattern, strict=True)}
+        high_blocks = {axis: block + 1 for axis, block in low_blocks.items()}
+        low_part, high_part = take(low_blocks), take(high_blocks)
+        if sum(pattern) % 2 == 0:
+            least += low_part
+            greatest += high_part
+        else:
+            least -= high_part
+            greatest -= low_part
+    least, greatest = widen(least, greatest)
+    return values, np.minimum(least, values), np.maximum(greatest, values)
