@@ -97,7 +97,12 @@ def table(api, database):
     dataset = api.upload_dataset(text, SCHEMA, name=unique_name("bounds"))
     api.grant(dataset["id"], tenant["id"], 1.0)
     _fit_exact(database, dataset["id"])
-    return {"tenant": tenant, "base": f"/v1/datasets/{dataset['id']}", "truth": truth}
+    return {
+        "tenant": tenant,
+        "dataset": dataset,
+        "base": f"/v1/datasets/{dataset['id']}",
+        "truth": truth,
+    }
 
 
 def _queries(client, table, queries):
@@ -156,3 +161,71 @@ def test_negative_weights_keep_the_bounds_valid(client, table) -> None:
 def test_answers_without_moments_have_no_bounds(client, table) -> None:
     (answer,) = _queries(client, table, [{"by": {"team": "value"}}])
     assert answer["bounds"] is None and answer["estimates"] == {}
+
+
+SQL_FUNCTIONS = ("SUM", "AVG", "VAR_POP", "STDDEV_SAMP")
+
+
+def _true_aggregate(function: str, values: np.ndarray) -> float:
+    if function == "SUM":
+        return float(values.sum())
+    if function == "AVG":
+        return float(values.mean())
+    if function == "VAR_POP":
+        return float(values.var())
+    return float(values.std(ddof=1))
+
+
+def test_sql_bounds_contain_the_true_aggregates(client, table) -> None:
+    name = table["dataset"]["name"]
+    columns = ", ".join(f"{f}(delay)" for f in SQL_FUNCTIONS)
+    query = f'SELECT team, {columns}, COUNT(*) AS n FROM "{name}" GROUP BY team ORDER BY team'
+    response = client.post(
+        table["base"] + "/sql", json={"query": query}, headers=table["tenant"]["headers"]
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["estimates"] == [None, *["midpoint"] * len(SQL_FUNCTIONS), None]
+    assert len(body["bounds"]) == len(body["rows"]) == 3
+    assert _all_finite(body)
+    truth = table["truth"]
+    for team, (row, bounds) in enumerate(zip(body["rows"], body["bounds"], strict=True)):
+        assert bounds[0] is None and bounds[-1] is None
+        values = truth["delay"][truth["team"] == team]
+        for function, value, (low, high) in zip(
+            SQL_FUNCTIONS, row[1:-1], bounds[1:-1], strict=True
+        ):
+            true = _true_aggregate(function, values)
+            assert low <= value <= high
+            assert low - 1e-4 * true <= true <= high + 1e-4 * true, function
+
+    csv_response = client.post(
+        table["base"] + "/sql",
+        json={"query": f'SELECT AVG(delay) AS mean FROM "{name}"'},
+        headers={**table["tenant"]["headers"], "Accept": "text/csv"},
+    )
+    header, line = csv_response.text.splitlines()
+    assert header == "mean,mean_low,mean_high"
+    mean, low, high = (float(cell) for cell in line.split(","))
+    assert low <= truth["delay"].mean() <= high and low <= mean <= high
+
+
+def test_client_returns_bounds_as_columns(client, table) -> None:
+    from privq_client import Client
+
+    analyst = Client("http://testserver", table["tenant"]["api_key"], http_client=client)
+    frame = analyst.sql(
+        table["dataset"]["id"],
+        f'SELECT team, AVG(delay) AS mean FROM "{table["dataset"]["name"]}" GROUP BY team',
+    )
+    assert list(frame.columns) == ["team", "mean", "mean_low", "mean_high"]
+    assert (frame["mean_low"] <= frame["mean"]).all() and (
+        frame["mean"] <= frame["mean_high"]
+    ).all()
+    assert frame.attrs["estimates"] == [None, "midpoint"]
+    moments = analyst.query(table["dataset"]["id"], by={"team": "value"}, moments={"delay": 1})
+    assert list(moments.columns) == ["team", "delay", "value", "low", "high"]
+    assert (moments["low"] <= moments["value"]).all() and (
+        moments["value"] <= moments["high"]
+    ).all()
+    assert moments.attrs["estimates"] == {"delay": "midpoint"}

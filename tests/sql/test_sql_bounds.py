@@ -112,3 +112,18 @@ def test_csv_puts_the_bounds_after_the_columns(world):
         cells = line.split(",")
         assert cells[0] == row[0] and float(cells[1]) == pytest.approx(row[1])
         assert [float(cells[2]), float(cells[3])] == pytest.approx(bounds[1])
+
+
+def test_cli_table_shows_bounds_and_estimates(world):
+    from app.commands.sql import table_text
+
+    loaded_model, _ = world
+    result = answer(
+        loaded_model, "SELECT sex, AVG(age) AS mean_age, COUNT(*) AS n FROM people GROUP BY sex"
+    )
+    result["unmeasured"] = []
+    lines = table_text(result).splitlines()
+    assert lines[0].split() == ["sex", "mean_age", "mean_age", "bounds", "n"]
+    low, high = result["bounds"][0][1]
+    assert f"[{low:.6g}, {high:.6g}]" in lines[1]
+    assert lines[-1].endswith("; estimates mean_age: midpoint)")
