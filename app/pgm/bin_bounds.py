@@ -26,7 +26,7 @@ import numpy as np
 # Bounds are widened outward by this relative amount (and a tiny absolute one) so that
 # floating-point rounding never puts an exact answer a hair outside its bounds.
 _SLACK = 1e-9
-_BISECTIONS = 100
+_BISECTIONS = 64
 
 METHODS = ("midpoint", "within-bin means", "exact")
 

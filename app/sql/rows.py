@@ -118,10 +118,13 @@ def _ranges(
     found = None
     if spec.attribute is not None:
         low, high = plan.codes[spec.attribute].intervals
-        found = aggregate_bounds(spec, totals, estimate, low, high)
+        # Only the groups shown need bounds (a variance's bounds take a search each).
+        histograms = {name: table[cells] for name, table in totals.histograms.items()}
+        shown = Totals(totals.count[cells], {}, histograms)
+        found = aggregate_bounds(spec, shown, estimate[cells], low, high)
     if found is None:
         return [None] * len(cells)
-    least, greatest = found[0][cells], found[1][cells]
+    least, greatest = found
     return [
         (float(a), float(b)) if np.isfinite(a) and np.isfinite(b) else None
         for a, b in zip(least, greatest, strict=True)
