@@ -127,3 +127,29 @@ def test_cli_table_shows_bounds_and_estimates(world):
     low, high = result["bounds"][0][1]
     assert f"[{low:.6g}, {high:.6g}]" in lines[1]
     assert lines[-1].endswith("; estimates mean_age: midpoint)")
+
+
+def test_moments_skip_missing_values_and_bound_the_rest(world):
+    from app.services.answers.queries import QuerySpec, queries_answer
+
+    loaded_model, joint = world
+    specs = [
+        QuerySpec(moments={"age": 2}, by={"region": "value"}),
+        QuerySpec(moments={"hours": 1}),
+    ]
+    ages, hours = queries_answer(loaded_model, specs, max_cells=10_000)["answers"]
+    assert ages["estimates"] == {"age": "midpoint"} and hours["estimates"] == {"hours": "exact"}
+    region = joint.code("region")
+    age_code = joint.code("age")
+    for index, (low, high) in enumerate(ages["bounds"]):
+        group, power = divmod(index, 2)
+        counts = joint.counts[region == group]
+        codes = age_code[region == group]
+        least = (counts * AGE_EDGES[codes] ** (power + 1)).sum()
+        greatest = (counts * AGE_EDGES[codes + 1] ** (power + 1)).sum()
+        assert low == pytest.approx(least, rel=1e-6) and high == pytest.approx(greatest, rel=1e-6)
+    # hours' missing code adds nothing; every other code is its own value
+    present = joint.code("hours") < 4
+    exact = float((joint.counts * np.where(present, joint.code("hours"), 0)).sum())
+    assert hours["values"][0] == pytest.approx(exact, rel=1e-9)
+    assert hours["bounds"][0] == pytest.approx([exact, exact], rel=1e-6)

@@ -282,7 +282,9 @@ def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]
         bounds: list[list[float]] | None = None
         if item.signed_axes:
             values, least, greatest = signed_bounds(values, dict(item.signed_axes))
-            bounds = np.stack([least.ravel(), greatest.ravel()], axis=1).tolist()
+            pairs = np.stack([least.ravel(), greatest.ravel()], axis=1)
+            # Powers of far edges may overflow a float: then no bound is claimed.
+            bounds = pairs.tolist() if np.all(np.isfinite(pairs)) else None
         answers.append(
             {
                 "attributes": list(item.axis_attributes),
