@@ -16,6 +16,7 @@ from typing import Literal, overload
 
 import pandas as pd
 
+from privq_client import frames
 from privq_client.base import BaseClient
 from privq_client.jobs import Job
 from privq_client.transport import Json, segment
@@ -324,14 +325,15 @@ class Client(BaseClient):
 
     def sql(self, dataset_id: str, query: str) -> pd.DataFrame:
         """A SQL SELECT answered from the model (docs/sql.md): a DataFrame with the query's
-        columns and rows (NULL as None/NaN). `attrs` keeps `model_version`, `unmeasured`,
-        `standard_errors` (one list per row), `note`, `terms`. Free."""
+        columns and rows (NULL as None/NaN), then `<column>_low` and `<column>_high` for
+        each SUM/AVG/VAR/STDDEV column (the bounds its bins' edges allow). `attrs` keeps
+        `model_version`, `unmeasured`, `standard_errors` and `bounds` (one list per row),
+        `estimates` (per column), `note`, `terms`. Free."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("give one SELECT statement")
         body: Json = self._transport.json(
             "POST", f"/v1/datasets/{segment(dataset_id)}/sql", json={"query": query}
         )
-        frame = pd.DataFrame(body["rows"], columns=body["columns"])
-        frame.attrs.update({k: v for k, v in body.items() if k not in ("rows", "columns")})
+        frame = frames.sql_frame(body)
         warn_names(list(body.get("unmeasured") or []), "sql")
         return frame

@@ -3,7 +3,10 @@
 - marginals: the attributes' cell labels (ordered categoricals, in the schema's
   order), `count`, and `standard_error` when a measurement covers the marginal;
 - factored queries: the `by` and `moments` axes' labels and the value, in `count`
-  for a plain count and in `value` once weights or moments make it a sum;
+  for a plain count and in `value` once weights or moments make it a sum, with `low`
+  and `high` (the bounds the bins' edges allow) for moments;
+- SQL: the query's columns, and `<column>_low`, `<column>_high` after them for each
+  SUM/AVG/VAR/STDDEV column (its bounds);
 - counts: one row, the filter of each attribute and `count`;
 - synthetic data: the CSV read as it streams, categorical columns as categoricals.
 
@@ -24,6 +27,8 @@ from privq_client.transport import Json
 COUNT = "count"
 VALUE = "value"
 STANDARD_ERROR = "standard_error"
+LOW = "low"
+HIGH = "high"
 
 
 def free_name(name: str, taken: Iterable[str]) -> str:
@@ -71,9 +76,32 @@ def answer_frame(answer: Json, *, value_column: str, model_version: Any) -> pd.D
     labels = answer["labels"] if axes else [[] for _ in answer["values"]]
     columns = label_columns(axes, labels)
     columns[free_name(value_column, axes)] = pd.array(answer["values"], dtype="float64")
+    bounds = answer.get("bounds")
+    if bounds is not None:
+        # Moments: what the bins' edges allow around each value.
+        columns[free_name(LOW, axes)] = pd.array([pair[0] for pair in bounds], dtype="float64")
+        columns[free_name(HIGH, axes)] = pd.array([pair[1] for pair in bounds], dtype="float64")
     frame = pd.DataFrame(columns)
     frame.attrs.update({k: v for k, v in answer.items() if k not in ("labels", "values")})
     frame.attrs["model_version"] = model_version
+    return frame
+
+
+def sql_frame(body: Json) -> pd.DataFrame:
+    """`POST /sql` as a DataFrame: its columns, then each bounded column's bounds."""
+    frame = pd.DataFrame(body["rows"], columns=body["columns"])
+    estimates = body.get("estimates") or []
+    bounds = body.get("bounds") or []
+    for index, method in enumerate(estimates):
+        if method is None:
+            continue
+        name = body["columns"][index]
+        pairs = [row[index] for row in bounds]
+        for end, suffix in enumerate(("low", "high")):
+            frame[free_name(f"{name}_{suffix}", frame.columns)] = pd.array(
+                [None if pair is None else pair[end] for pair in pairs], dtype="float64"
+            )
+    frame.attrs.update({k: v for k, v in body.items() if k not in ("rows", "columns")})
     return frame
 
 

@@ -5,7 +5,9 @@ The same answer as `POST /v1/datasets/{id}/sql` (docs/sql.md): from a running se
 as the tenant sees it when one is named (`--url` and `--key`, PRIVQ_URL and PRIVQ_KEY,
 or a profile: `app.commands.service`), else read from the database the `PRIVQ_*`
 settings name, as the admin sees it. DATASET is an id or a unique name.
-Prints a table, or with `--json` the API's JSON, or with `--csv` the API's CSV. Free:
+Prints a table (each SUM/AVG/VAR/STDDEV column followed by its bounds, the footer
+saying how each estimate was made), or with `--json` the API's JSON, or with `--csv`
+the API's CSV. Free:
 nothing is charged, no record is read.
 """
 
@@ -54,15 +56,50 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def table_text(result: dict[str, Any]) -> str:
-    """Columns aligned: text to the left, numbers to the right; a footer with the version."""
+def _with_bounds(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The columns and rows, each SUM/AVG/VAR/STDDEV column followed by its bounds
+    ("[least, greatest]", or NULL) in a column named "<column> bounds"."""
     columns = [str(c) for c in result["columns"]]
-    rows = result["rows"]
+    estimates = result.get("estimates") or [None] * len(columns)
+    bounds = result.get("bounds") or [[None] * len(columns) for _ in result["rows"]]
+    shown_columns: list[str] = []
+    for name, method in zip(columns, estimates, strict=True):
+        shown_columns += [name, f"{name} bounds"] if method is not None else [name]
+    rows: list[list[Any]] = []
+    for row, pairs in zip(result["rows"], bounds, strict=True):
+        shown: list[Any] = []
+        for value, pair, method in zip(row, pairs, estimates, strict=True):
+            shown.append(value)
+            if method is not None:
+                shown.append(None if pair is None else f"[{_text(pair[0])}, {_text(pair[1])}]")
+        rows.append(shown)
+    return shown_columns, rows
+
+
+def _estimates(result: dict[str, Any]) -> str:
+    """ "; avg_delay: midpoint" — how each bounded column's numbers were made."""
+    estimates = result.get("estimates") or []
+    said = [
+        f"{column}: {method}"
+        for column, method in zip(result["columns"], estimates, strict=True)
+        if method is not None
+    ]
+    return f"; estimates {', '.join(said)}" if said else ""
+
+
+def table_text(result: dict[str, Any]) -> str:
+    """Columns aligned: text to the left, numbers and bounds to the right; a footer with
+    the version and how each SUM/AVG/VAR/STDDEV estimate was made."""
+    columns, rows = _with_bounds(result)
     cells = [[_text(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
     numeric = [
-        bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows)
-        for i in range(len(columns))
+        bool(rows)
+        and all(
+            isinstance(row[i], (int, float)) or row[i] is None or c.endswith(" bounds")
+            for row in rows
+        )
+        for i, c in enumerate(columns)
     ]
 
     def line(values: list[str]) -> str:
@@ -74,6 +111,7 @@ def table_text(result: dict[str, Any]) -> str:
     footer = f"({len(rows)} rows, model version {result['model_version']}"
     if result["unmeasured"]:
         footer += f"; no measurement touched {', '.join(result['unmeasured'])}"
+    footer += _estimates(result)
     return "\n".join([line(columns), *(line(c) for c in cells), footer + ")"])
 
 

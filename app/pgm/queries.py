@@ -9,7 +9,8 @@ out. Attributes a query does not mention are summed out (their Q_i is a row of o
 A `QueryFactor` is one Q_i with a label per row; the builders make each kind of
 Private-PGM's Table 2: `identity` (keep each value), `ones` (sum out), `indicator`
 (a value set: evidence), `prefix` (CDF rows), `groups` (R_f: one row per group),
-`weights` (any row vector), `moments` (rows value¹ … value^K). A `FactoredQuery`
+`weights` (any row vector), `moments` (rows value¹ … value^K; `bounded_moments` adds
+the sign parts of each power's interval, `signed_rows`). A `FactoredQuery`
 gathers factors over distinct attributes of one domain, checked when built.
 
 The answer of a query has one axis per factor with more than one row, in the order
@@ -24,6 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
+from app.pgm.bin_bounds import power_range
 from app.pgm.calibrated_tree import CalibratedTree, TreePlan
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import Variable
@@ -174,6 +176,62 @@ def moments(domain: Domain, attribute: str, values: Sequence[float], order: int)
     return QueryFactor(
         attribute, matrix, "moments", tuple(f"^{k}" for k in range(1, int(order) + 1))
     )
+
+
+# A signed factor's rows come in five blocks of K: the values, then the sign parts of
+# each row's interval (see `signed_rows`).
+SIGNED_BLOCKS = 5
+
+
+def signed_rows(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Rows (K × size) stacked with the sign parts of the intervals [low, high] their
+    entries may range over: values; low⁺, high⁺ (y⁺ = max(y, 0) lies between them);
+    high⁻, low⁻ (y⁻ = max(−y, 0) lies between them) — 5K rows.
+
+    A product of such factors expands into terms ± Π y_i^± of non-negative parts, each
+    bounded by the products of its parts' ends, so a query of signed factors answers
+    its own guaranteed bounds in one elimination (`app.pgm.bin_bounds.signed_bounds`).
+    """
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    low = np.atleast_2d(np.asarray(low, dtype=float))
+    high = np.atleast_2d(np.asarray(high, dtype=float))
+    if not values.shape == low.shape == high.shape:
+        raise QueryError("values and their interval ends need the same shape")
+    if np.any(low > high):
+        raise QueryError("an interval's low end is above its high end")
+    return np.concatenate(
+        [
+            values,
+            np.maximum(low, 0.0),
+            np.maximum(high, 0.0),
+            np.maximum(-high, 0.0),
+            np.maximum(-low, 0.0),
+        ]
+    )
+
+
+def bounded_moments(
+    domain: Domain,
+    attribute: str,
+    values: Sequence[float],
+    low: Sequence[float],
+    high: Sequence[float],
+    order: int,
+) -> QueryFactor:
+    """E_K with bounds: rows value^1 … value^K, then the sign parts of the least and
+    greatest x^k each code allows (its values lie in [low, high]; `signed_rows`)."""
+    factor = moments(domain, attribute, values, order)
+    low_arr = np.asarray(low, dtype=float)
+    high_arr = np.asarray(high, dtype=float)
+    if low_arr.shape != (factor.size,) or high_arr.shape != (factor.size,):
+        raise QueryError(f"moment bounds of {attribute!r} need one interval per code")
+    ends = [power_range(low_arr, high_arr, k) for k in range(1, factor.rows + 1)]
+    matrix = signed_rows(
+        factor.matrix, np.stack([e[0] for e in ends]), np.stack([e[1] for e in ends])
+    )
+    parts = ("lo+", "hi+", "lo-", "hi-")
+    labels = factor.labels + tuple(f"{label} {part}" for part in parts for label in factor.labels)
+    return QueryFactor(attribute, matrix, "moments", labels)
 
 
 @dataclass(frozen=True, eq=False)

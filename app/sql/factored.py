@@ -36,6 +36,9 @@ class TermQuery:
     query: FactoredQuery
     shape: tuple[int, ...]  # the answer's shape with every group axis, size 1 included
     moment_axis: int | None  # the axis of the sums, moved last
+    # Rows along the moment axis: MOMENT_ROWS, then (with a histogram) one per code with
+    # a value — the count of each bin, from which the bounds follow.
+    rows: int = MOMENT_ROWS
 
 
 def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
@@ -46,8 +49,18 @@ def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
     return vector
 
 
-def _moment_rows(codes: AttributeCodes) -> np.ndarray:
-    return np.stack([codes.non_null, codes.points, codes.points**2])
+def needs_histogram(plan: SqlPlan, attribute: str) -> bool:
+    """SUM, AVG, VAR or STDDEV of a binned attribute: its bounds need each bin's count."""
+    return plan.codes[attribute].binned and any(
+        spec.attribute == attribute and spec.function != "count" for spec in plan.aggregates
+    )
+
+
+def _moment_rows(codes: AttributeCodes, histogram: bool = False) -> np.ndarray:
+    rows = [codes.non_null, codes.points, codes.points**2]
+    if histogram:
+        rows.extend(np.eye(codes.size)[: codes.value_count])
+    return np.stack(rows)
 
 
 def _term_query(
@@ -56,6 +69,7 @@ def _term_query(
     factors: list[QueryFactor] = []
     shape: list[int] = []
     moment_axis = None
+    rows_count = MOMENT_ROWS
     names = list(plan.group)
     if attribute is not None and attribute not in names:
         names.append(attribute)
@@ -65,6 +79,7 @@ def _term_query(
         mask = _mask_vector(codes, box)
         grouped = name in plan.group
         if grouped and name == attribute:
+            # One code per group cell: its bin count is its Σ 1 (see `totals`).
             rows = _moment_rows(codes) * mask
             matrix = np.zeros((codes.size * MOMENT_ROWS, codes.size))
             for code in range(codes.size):
@@ -75,8 +90,9 @@ def _term_query(
             matrix = np.diag(mask)
             shape.append(codes.size)
         elif name == attribute:
-            matrix = _moment_rows(codes) * mask
-            shape.append(MOMENT_ROWS)
+            matrix = _moment_rows(codes, needs_histogram(plan, name)) * mask
+            rows_count = matrix.shape[0]
+            shape.append(rows_count)
             moment_axis = len(shape) - 1
         else:
             matrix = mask.reshape(1, -1)
@@ -84,7 +100,12 @@ def _term_query(
         labels = tuple(str(row) for row in range(matrix.shape[0]))
         factors.append(QueryFactor(name, matrix, kind, labels))
     return TermQuery(
-        index, attribute, FactoredQuery(domain, tuple(factors)), tuple(shape), moment_axis
+        index,
+        attribute,
+        FactoredQuery(domain, tuple(factors)),
+        tuple(shape),
+        moment_axis,
+        rows_count,
     )
 
 
@@ -103,20 +124,39 @@ def group_cells(plan: SqlPlan) -> int:
 
 
 def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.ndarray]) -> Totals:
-    """The signed sum of the terms' answers: counts and sums per group cell."""
+    """The signed sum of the terms' answers: counts, sums and bin counts per group cell."""
     cells = group_cells(plan)
     count = np.zeros(cells)
     sums = {a: np.zeros((cells, MOMENT_ROWS)) for a in plan.moment_attributes}
+    histograms: dict[str, np.ndarray] = {}
     for item, answer in zip(queries, answers, strict=True):
         coefficient = plan.terms[item.term][0]
         table = np.asarray(answer, dtype=float).reshape(item.shape)
         if item.attribute is None:
             count += coefficient * table.reshape(cells)
-        else:
-            if item.moment_axis is not None:
-                table = np.moveaxis(table, item.moment_axis, -1)
-            sums[item.attribute] += coefficient * table.reshape(cells, MOMENT_ROWS)
-    return Totals(count, sums)
+            continue
+        if item.moment_axis is not None:
+            table = np.moveaxis(table, item.moment_axis, -1)
+        table = coefficient * table.reshape(cells, item.rows)
+        sums[item.attribute] += table[:, :MOMENT_ROWS]
+        if item.rows > MOMENT_ROWS:
+            histograms.setdefault(item.attribute, np.zeros((cells, item.rows - MOMENT_ROWS)))
+            histograms[item.attribute] += table[:, MOMENT_ROWS:]
+    for attribute in plan.moment_attributes:
+        if attribute in plan.group and needs_histogram(plan, attribute):
+            histograms[attribute] = _grouped_histogram(plan, attribute, sums[attribute][:, 0])
+    return Totals(count, sums, histograms)
+
+
+def _grouped_histogram(plan: SqlPlan, attribute: str, present: np.ndarray) -> np.ndarray:
+    """Grouped by the attribute itself, each group cell holds one code: its count."""
+    codes = plan.codes[attribute]
+    sizes = [plan.codes[name].size for name in plan.group]
+    own = np.unravel_index(np.arange(group_cells(plan)), sizes)[plan.group.index(attribute)]
+    histogram = np.zeros((present.size, codes.value_count))
+    valued = own < codes.value_count
+    histogram[np.flatnonzero(valued), own[valued]] = present[valued]
+    return histogram
 
 
 def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:

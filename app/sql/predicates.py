@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from app.pgm.bin_bounds import BinValues
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
 from app.sql.statement import Value
@@ -37,6 +38,9 @@ class AttributeCodes:
 
     attribute: Attribute
     size: int  # codes in the model's domain, the null code included
+    # What each code stands for in sums (`app.services.answers.bin_values`); None: bin
+    # midpoints and integers, as the schema gives them.
+    values: BinValues | None = None
 
     @property
     def name(self) -> str:
@@ -78,12 +82,38 @@ class AttributeCodes:
 
     @cached_property
     def points(self) -> np.ndarray:
-        """The number each code stands for (bin midpoints, integers); 0 on the null code."""
+        """The number each code stands for (`values`, else bin midpoints and integers);
+        0 on the null code."""
         values = np.zeros(self.size)
-        values[: self.value_count] = np.asarray(self.attribute.midpoints(), dtype=float)[
-            : self.value_count
-        ]
+        given = self.values.values if self.values is not None else self.attribute.midpoints()
+        values[: self.value_count] = np.asarray(given, dtype=float)[: self.value_count]
         return values
+
+    @property
+    def binned(self) -> bool:
+        """Whether a code holds more than one value (its sums have bounds)."""
+        if self.values is not None:
+            return not self.values.exact
+        return self.kind == "numeric"
+
+    @property
+    def estimate(self) -> str:
+        """How `points` were chosen: "midpoint", "within-bin means" or "exact"."""
+        if self.values is not None:
+            return self.values.method
+        return "midpoint" if self.kind == "numeric" else "exact"
+
+    @cached_property
+    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per code with a value, the least and greatest value it holds."""
+        count = self.value_count
+        if self.values is not None:
+            return self.values.low[:count], self.values.high[:count]
+        if self.kind == "numeric":
+            edges = np.asarray(self.attribute.edges, dtype=float)
+            return edges[:-1][:count], edges[1:][:count]
+        points = self.points[:count]
+        return points, points
 
     @cached_property
     def non_null(self) -> np.ndarray:

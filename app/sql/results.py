@@ -8,9 +8,11 @@ value. Everything here is arithmetic on those numbers — no inference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from app.pgm.bin_bounds import sum_range, variance_range
 
 # ---- the parts of a compiled query this module reads --------------------------------
 
@@ -121,10 +123,12 @@ class SortKey:
 
 @dataclass(frozen=True)
 class Totals:
-    """Per group cell: the count, and per aggregated attribute its sums (cells × 3)."""
+    """Per group cell: the count, per aggregated attribute its sums (cells × 3), and for
+    binned attributes whose SUM/AVG/VAR/STDDEV is asked, its bin counts (cells × bins)."""
 
     count: np.ndarray
     sums: dict[str, np.ndarray]
+    histograms: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def aggregate_values(spec: AggregateSpec, totals: Totals, has_value: np.ndarray) -> np.ndarray:
@@ -154,6 +158,47 @@ def aggregate_values(spec: AggregateSpec, totals: Totals, has_value: np.ndarray)
     result[~has_value] = np.nan
     result[~np.isfinite(result)] = np.nan
     return result
+
+
+BOUNDED = ("sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
+def aggregate_bounds(
+    spec: AggregateSpec,
+    totals: Totals,
+    estimate: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """What the bins' edges allow for one aggregate (`app.pgm.bin_bounds`), per group
+    cell, from the bin counts: SUM in [Σ n·low, Σ n·high], AVG that over Σ n, VAR and
+    STDDEV between the least and the greatest spread of values kept in their bins.
+    NaN where the estimate is NULL; None for aggregates without bounds. An attribute
+    without bin counts (one value per code) has bounds equal to its estimate."""
+    if spec.attribute is None or spec.function not in BOUNDED:
+        return None
+    histogram = totals.histograms.get(spec.attribute)
+    if histogram is None:
+        return estimate.copy(), estimate.copy()
+    counts = np.maximum(histogram, 0.0)
+    n = counts.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if spec.function in ("sum", "avg"):
+            least, greatest = sum_range(counts, low, high)
+            if spec.function == "avg":
+                least, greatest = least / n, greatest / n
+        else:
+            least, greatest = variance_range(counts, low, high)
+            if spec.function.endswith("_samp"):
+                scale = np.where(n > 1, n / (n - 1), np.nan)
+                least, greatest = least * scale, greatest * scale
+            if spec.function.startswith("stddev"):
+                least, greatest = np.sqrt(least), np.sqrt(greatest)
+    # The estimate lies inside mathematically; rounding must not say otherwise.
+    known = np.isfinite(estimate) & np.isfinite(least) & np.isfinite(greatest)
+    least = np.where(known, np.minimum(least, estimate), np.nan)
+    greatest = np.where(known, np.maximum(greatest, estimate), np.nan)
+    return least, greatest
 
 
 # ---- HAVING, ORDER BY, LIMIT ----------------------------------------------------------
@@ -214,6 +259,7 @@ class Row:
     codes: dict[str, int]
     values: list[float | None]
     errors: list[float | None]
+    bounds: list[tuple[float, float] | None] = field(default_factory=list)
 
 
 def order_rows(

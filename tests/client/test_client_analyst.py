@@ -186,9 +186,11 @@ def test_factored_queries_are_frames_of_their_axes(
     frame = analyst.query(dataset_id, **query)
     body = raw.post(f"/v1/datasets/{dataset_id}/queries", json={"queries": [query]}).json()
     (answer,) = body["answers"]
-    assert list(frame.columns) == ["grade", "age", "value"]
+    assert list(frame.columns) == ["grade", "age", "value", "low", "high"]
     assert [list(row) for row in frame[["grade", "age"]].astype(str).to_numpy()] == answer["labels"]
     assert frame["value"].tolist() == pytest.approx(answer["values"])
+    assert frame["low"].tolist() == pytest.approx([pair[0] for pair in answer["bounds"]])
+    assert frame["high"].tolist() == pytest.approx([pair[1] for pair in answer["bounds"]])
     assert frame.attrs["model_version"] == body["model_version"]
 
     cdf, groups, only_where = analyst.queries(

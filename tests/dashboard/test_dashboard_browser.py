@@ -288,6 +288,19 @@ def test_a_tenant_explores_marginals_as_bars_and_heat_maps(
         assert same(cell[1], count)
         assert same(cell[2], 1.96 * marginal["standard_error"])
     page.locator("#explorer-chart").screenshot(path=shots / "dashboard-marginal-bars.png")
+    # A number: its average from POST /queries moments, with its bounds and method.
+    ((label, average, bounds),) = page.eval_on_selector_all(
+        "#explorer-averages-table tbody tr",
+        "rows => rows.map(row => [...row.cells].map(cell => cell.textContent.trim()))",
+    )
+    weighted = sum(
+        int(v[0]) * c for v, c in zip(marginal["values"], marginal["counts"], strict=True)
+    )
+    expected = weighted / sum(marginal["counts"])
+    assert label == "all records" and same(average, expected)
+    low, high = bounds.split(" … ")
+    assert same(low, expected) and same(high, expected)  # integer codes: exact
+    assert "Estimate: exact" in page.locator("#explorer-averages-caption").inner_text()
 
     # Two attributes: a heat map, one rectangle per cell.
     explore(page, "education-num", "income>50K")

@@ -37,11 +37,17 @@ function urlOf(path, params) {
   return url;
 }
 
-async function send(url) {
+async function send(url, body) {
   const key = storedKey();
   const headers = { Accept: "application/json" };
   if (key) headers.Authorization = `Bearer ${key}`;
-  const response = await fetch(url, { headers, credentials: "omit", cache: "no-store" });
+  const options = { headers, credentials: "omit", cache: "no-store" };
+  if (body !== undefined) {
+    options.method = "POST";
+    options.body = JSON.stringify(body);
+    headers["Content-Type"] = "application/json";
+  }
+  const response = await fetch(url, options);
   if (!response.ok) {
     let code = "http_error";
     let message = `${response.status} ${response.statusText}`;
@@ -62,6 +68,12 @@ async function send(url) {
 // One JSON document.
 export async function get(path, params) {
   const response = await send(urlOf(path, params));
+  return response.json();
+}
+
+// One JSON document answering a POST of `body` (free answers such as /queries only).
+export async function post(path, body) {
+  const response = await send(urlOf(path), body);
   return response.json();
 }
 

@@ -1,7 +1,7 @@
 // The marginal explorer: one attribute as a bar chart, two as a heat map, from
 // GET /marginals (free: answered from the model, nothing charged).
 
-import { ApiError, get } from "./api.js";
+import { ApiError, get, post } from "./api.js";
 import { clearChart, draw, marginalBarSpec, marginalHeatSpec } from "./charts.js";
 import { byId, clear, el, fillTable, formatNumber, setText } from "./dom.js";
 
@@ -11,6 +11,8 @@ const Z95 = 1.96;
 const NONE = "";
 
 let current = null;
+
+const NUMBERS = new Set(["numeric", "integer"]);
 
 function option(value, text) {
   return el("option", { value }, text);
@@ -64,6 +66,7 @@ async function show(dataset) {
     setText("explorer-error", message);
     setText("explorer-caption", "");
     byId("explorer-details").hidden = true;
+    byId("explorer-averages").hidden = true;
     await clearChart("explorer-chart");
     return;
   }
@@ -105,7 +108,59 @@ async function show(dataset) {
   );
   byId("explorer-details").hidden = false;
   setText("explorer-caption", caption(marginal, hasErrors));
+  await showAverages(dataset, attrs, labels, counts);
   byId("explorer-chart").dataset.attrs = attrs.join(",");
+}
+
+// The first attribute's average (per value of the second, if any) from POST /queries
+// `moments`, with the bounds its bins' edges allow and how the estimate was made.
+// Records without a value of the first attribute are left out of the average.
+async function showAverages(dataset, attrs, labels, counts) {
+  const section = byId("explorer-averages");
+  const [first, second] = attrs;
+  const attribute = dataset.attributes.find((a) => a.name === first);
+  if (!attribute || !NUMBERS.has(attribute.type)) {
+    section.hidden = true;
+    return;
+  }
+  const query = { moments: { [first]: 1 } };
+  if (second) query.by = { [second]: "value" };
+  let answer;
+  try {
+    const body = await post(`v1/datasets/${encodeURIComponent(dataset.id)}/queries`, { queries: [query] });
+    answer = body.answers[0];
+  } catch (error) {
+    section.hidden = true;
+    setText("explorer-error", error.message);
+    return;
+  }
+  // Records with a value of `first`, per group (the marginal's cells; `first` is axis 0).
+  const present = new Map();
+  labels.forEach((cell, i) => {
+    if (cell[0] === "(missing)") return;
+    const group = second ? cell[1] : "";
+    present.set(group, (present.get(group) || 0) + counts[i]);
+  });
+  const rows = answer.values.map((sum, i) => {
+    const group = second ? (answer.labels[i][0] === null ? "(missing)" : String(answer.labels[i][0])) : "all records";
+    const n = present.get(second ? group : "") || 0;
+    const [low, high] = answer.bounds[i];
+    const shown = (value) => (n > 0 ? formatNumber(value / n, 6) : "—");
+    return [group, shown(sum), `${shown(low)} … ${shown(high)}`];
+  });
+  const method = answer.estimates[first];
+  fillTable(
+    byId("explorer-averages-table"),
+    [{ label: second || "" }, { label: `Average ${first}`, numeric: true }, { label: "Bounds", numeric: true }],
+    rows,
+    "No records.",
+  );
+  setText(
+    "explorer-averages-caption",
+    `Estimate: ${method} (${method === "exact" ? "each code is one value" : "each record counted at its bin's representative value"}); ` +
+      "the bounds are what the bins' edges allow given the model's counts.",
+  );
+  section.hidden = false;
 }
 
 export function setUpExplorer(dataset) {
@@ -113,6 +168,7 @@ export function setUpExplorer(dataset) {
   setText("explorer-error", "");
   setText("explorer-caption", "");
   byId("explorer-details").hidden = true;
+  byId("explorer-averages").hidden = true;
   clearChart("explorer-chart");
   current = dataset;
 }

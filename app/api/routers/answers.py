@@ -157,7 +157,8 @@ class FactoredQueryIn(RequestBody):
     moments: dict[AttributeName, MomentOrder] = Field(
         default_factory=dict,
         max_length=MAX_ATTRIBUTES_PER_CLAUSE,
-        description="Σ value^k for k = 1..K (bin midpoints for numeric attributes).",
+        description="Σ value^k for k = 1..K (each code's representative value: bin "
+        "midpoints, or within-bin means where measured), with bounds.",
     )
 
     def to_spec(self) -> answers.QuerySpec:
@@ -241,6 +242,14 @@ class AnswerOut(BaseModel):
     attributes: list[str] = Field(description="The `by` and `moments` axes, in order.")
     labels: list[list[str]] = Field(description="Cell labels, row-major over the axes.")
     values: list[float] = Field(description="One value per cell; one value if no axes.")
+    bounds: list[list[float]] | None = Field(
+        description="With `moments`: per cell, [least, greatest] the bins' edges allow given "
+        "the model's counts (equal to the value for integer attributes); else null."
+    )
+    estimates: dict[str, str] = Field(
+        description='Per `moments` attribute: how a code\'s value was chosen ("midpoint", '
+        '"within-bin means" or "exact").'
+    )
     note: str | None
 
 

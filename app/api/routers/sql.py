@@ -51,6 +51,15 @@ class SqlOut(BaseModel):
         description="Per value: its standard error where measurements cover what it adds "
         "up (COUNT and SUM), else null."
     )
+    bounds: list[list[list[float] | None]] = Field(
+        description="Per value: [least, greatest] the bins' edges allow given the model's "
+        "counts (SUM, AVG, VAR_*, STDDEV_* of a numeric or integer attribute; equal to the "
+        "value when each code is one integer), else null."
+    )
+    estimates: list[str | None] = Field(
+        description='Per column: how its numbers stand for the values in a bin ("midpoint", '
+        '"within-bin means" or "exact") for SUM/AVG/VAR/STDDEV columns, else null.'
+    )
     model_version: int
     unmeasured: list[str] = Field(description="Attributes of the query no measurement touched.")
     note: str | None

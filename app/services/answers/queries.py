@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 
 from app.pgm import queries as q
+from app.pgm.bin_bounds import signed_bounds
 from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, SchemaError, format_number
+from app.services.answers.bin_values import bin_values
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
@@ -65,6 +67,11 @@ class PreparedQuery:
     axis_labels: tuple[tuple[str | None, ...], ...]
     # Sentences for the answer (moments that skip missing values).
     notes: tuple[str, ...] = ()
+    # With moments: per output axis of the query whose factor is signed (moments, and
+    # weights beside them), its K value rows (`app.pgm.queries.signed_rows`).
+    signed_axes: Mapping[int, int] = field(default_factory=dict)
+    # With moments: how each moment attribute's values were chosen (`bin_values`).
+    estimates: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cells(self) -> int:
@@ -90,12 +97,21 @@ def _cdf(domain: Domain, attribute: Attribute) -> QueryFactor:
     return QueryFactor(attribute.name, matrix, "prefix", tuple(_cdf_labels(attribute)))
 
 
-def _moments(domain: Domain, attribute: Attribute, order: int) -> QueryFactor:
-    """Σ value^k over the records that have a value: the missing code weighs 0."""
-    points = attribute.midpoints().tolist()
-    if attribute.missing:
-        points.append(0.0)
-    return q.moments(domain, attribute.name, points, order)
+def _moments(
+    loaded: LoadedModel, domain: Domain, attribute: Attribute, order: int, path: str
+) -> tuple[QueryFactor, str]:
+    """Σ value^k over the records that have a value (the missing code weighs 0), with
+    the sign parts of each power's interval for the bounds; and the estimate's method."""
+    values = bin_values(loaded, attribute.name, parameter=path)
+    factor = q.bounded_moments(
+        domain,
+        attribute.name,
+        np.nan_to_num(values.values),
+        np.nan_to_num(values.low),
+        np.nan_to_num(values.high),
+        order,
+    )
+    return factor, values.method
 
 
 def _skip_note(attribute: Attribute) -> str:
@@ -127,6 +143,8 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
     axis_attributes: list[str] = []
     axis_labels: list[tuple[str | None, ...]] = []
     notes: list[str] = []
+    signed: dict[str, int] = {}
+    estimates: dict[str, str] = {}
     try:
         for name, condition in spec.where.items():
             attribute = attribute_for("where", name)
@@ -139,9 +157,16 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
         for name, row in spec.weights.items():
             attribute_for("weights", name)
             try:
-                row_factors.append(q.weights(domain, name, row, label=f"weighted {name}"))
+                factor = q.weights(domain, name, row, label=f"weighted {name}")
             except DomainError as error:
                 raise invalid(f"{parameter}.weights.{name}", str(error)) from None
+            if spec.moments:
+                # A weight may be negative: its sign parts keep the moments' bounds valid.
+                matrix = q.signed_rows(factor.matrix, factor.matrix, factor.matrix)
+                labels_ = tuple(f"{factor.labels[0]} {k}" for k in range(q.SIGNED_BLOCKS))
+                factor = QueryFactor(name, matrix, "weights", labels_)
+                signed[name] = 1
+            row_factors.append(factor)
         for name, how in spec.by.items():
             attribute = attribute_for("by", name)
             path = f"{parameter}.by.{name}"
@@ -171,22 +196,30 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
             if not 1 <= order <= MAX_MOMENT_ORDER:
                 raise invalid(path, f"the moment order must be 1 to {MAX_MOMENT_ORDER}")
             try:
-                factor = _moments(domain, attribute, order)
+                factor, estimates[name] = _moments(loaded, domain, attribute, order, path)
             except SchemaError as error:
                 raise invalid(path, str(error)) from None
+            signed[name] = order
             axis_factors.append(factor)
             axis_attributes.append(name)
-            axis_labels.append(factor.labels)
+            axis_labels.append(factor.labels[:order])
             if attribute.missing:
                 notes.append(_skip_note(attribute))
         query = FactoredQuery(domain, tuple(row_factors + axis_factors))
     except DomainError as error:  # QueryError: wrong weight count, non-finite entries, …
         raise invalid(parameter, str(error)) from None
+    signed_axes = {
+        axis: signed[factor.attribute]
+        for axis, factor in enumerate(query.output_factors)
+        if factor.attribute in signed
+    }
     return PreparedQuery(
         query=query,
         axis_attributes=tuple(axis_attributes),
         axis_labels=tuple(axis_labels),
         notes=tuple(notes),
+        signed_axes=signed_axes,
+        estimates=estimates,
     )
 
 
@@ -245,11 +278,18 @@ def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]
         _, note = untouched_note(loaded, item.query.attributes)
         if item.notes:
             note = "; ".join(([note] if note else []) + list(item.notes))
+        values = np.asarray(result, dtype=float)
+        bounds: list[list[float]] | None = None
+        if item.signed_axes:
+            values, least, greatest = signed_bounds(values, dict(item.signed_axes))
+            bounds = np.stack([least.ravel(), greatest.ravel()], axis=1).tolist()
         answers.append(
             {
                 "attributes": list(item.axis_attributes),
                 "labels": cell_labels(item.axis_labels),
-                "values": np.asarray(result, dtype=float).ravel().tolist(),
+                "values": values.ravel().tolist(),
+                "bounds": bounds,
+                "estimates": dict(item.estimates),
                 "note": note,
             }
         )

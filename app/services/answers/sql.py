@@ -13,6 +13,7 @@ estimator, as GET /marginals reports it).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import threading
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from app import sql
 from app.db import Dataset
 from app.errors import NotFound
 from app.pgm.elimination import InferenceTooLarge
+from app.services.answers.bin_values import bin_values
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_QUERIES_PER_REQUEST,
@@ -83,7 +85,9 @@ def prepare_sql(
 ) -> PreparedSql:
     """Compile a checked statement over the model and size it (every refusal a 422)."""
     schema, model = loaded.schema, loaded.model
-    plan = sql.compile_statement(statement, schema, model.domain, table_names)
+    plan = _with_bin_values(
+        loaded, sql.compile_statement(statement, schema, model.domain, table_names)
+    )
     queries = sql.build_queries(plan, model.domain)
     cells = sql.group_cells(plan)
     if cells > max_cells:
@@ -113,6 +117,14 @@ def prepare_sql(
     return PreparedSql(plan, queries, WorkSize(cells * max(len(plan.outputs), 1), largest, work))
 
 
+def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
+    """The plan with each aggregated attribute's representative values (`bin_values`)."""
+    codes = dict(plan.codes)
+    for name in plan.moment_attributes:
+        codes[name] = dataclasses.replace(codes[name], values=bin_values(loaded, name))
+    return dataclasses.replace(plan, codes=codes)
+
+
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
     errors: dict[int, np.ndarray] = {}
     for index, spec in enumerate(plan.aggregates):
@@ -127,8 +139,8 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
 
 
 def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
-    """The result table: `{"columns", "rows", "standard_errors", "model_version",
-    "unmeasured", "note", "terms", "factored_queries"}`."""
+    """The result table: `{"columns", "rows", "standard_errors", "bounds", "estimates",
+    "model_version", "unmeasured", "note", "terms", "factored_queries"}`."""
     plan = prepared.plan
     answers = loaded.model.answer_many(
         [item.query for item in prepared.queries], max_cells=MAX_INFERENCE_CELLS
@@ -140,6 +152,8 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
         "columns": table.columns,
         "rows": table.rows,
         "standard_errors": table.errors,
+        "bounds": table.bounds,
+        "estimates": table.estimates,
         "model_version": loaded.version,
         "unmeasured": unmeasured,
         "note": note,
@@ -149,12 +163,21 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
 
 
 def sql_csv(result: dict[str, Any]) -> str:
-    """The result table as CSV: a header of column names; NULL is an empty cell."""
+    """The result table as CSV: a header of column names; NULL is an empty cell. Each
+    column with bounds (SUM/AVG/VAR/STDDEV) adds two columns at the end of the row,
+    `<column>_low` and `<column>_high`, in column order."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(result["columns"])
-    for row in result["rows"]:
-        writer.writerow(["" if value is None else value for value in row])
+    columns = result["columns"]
+    bounds = result.get("bounds") or [[None] * len(columns) for _ in result["rows"]]
+    estimates = result.get("estimates") or [None] * len(columns)
+    bounded = [i for i, method in enumerate(estimates) if method is not None]
+    writer.writerow(
+        [*columns, *(f"{columns[i]}_{end}" for i in bounded for end in ("low", "high"))]
+    )
+    for row, pairs in zip(result["rows"], bounds, strict=True):
+        ends = ["" if pairs[i] is None else pairs[i][end] for i in bounded for end in (0, 1)]
+        writer.writerow([*("" if value is None else value for value in row), *ends])
     return out.getvalue()
 
 

@@ -1,0 +1,105 @@
+"""Representative values: the number each code of an attribute stands for in a moment,
+SUM, AVG, VAR or STDDEV answer, how it was chosen, and the interval the code holds.
+
+Every such answer takes its numbers from `bin_values`:
+
+- an integer attribute of width 1 (one integer per code): "exact" — the code's value;
+- a binned attribute (numeric, or integer with width > 1): "within-bin means" when a
+  measurement of them covers the attribute (`measured_means`), else "midpoint" — the
+  middle of each bin. A measured mean is kept inside its bin, so every estimate lies
+  within the bounds the bins' edges give (`app.pgm.bin_bounds`).
+
+A numeric bin is [eᵢ, eᵢ₊₁) (the last [eₙ₋₁, eₙ]); its interval for bounds is the
+closed [eᵢ, eᵢ₊₁], which contains it. An integer bin holds the integers low … high.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.pgm.bin_bounds import BinValues
+from app.schema import Attribute, SchemaError
+from app.services.answers.common import attribute_of, invalid
+from app.services.models import LoadedModel
+
+__all__ = [
+    "BinValues",
+    "attribute_bin_values",
+    "bin_values",
+    "code_intervals",
+    "is_binned",
+    "measured_means",
+]
+
+
+def is_binned(attribute: Attribute) -> bool:
+    """Whether a code of the attribute holds more than one value."""
+    flag: Any = getattr(attribute, "is_binned", None)
+    if flag is None:
+        return attribute.kind == "numeric"
+    return bool(flag() if callable(flag) else flag)
+
+
+def code_intervals(attribute: Attribute) -> tuple[np.ndarray, np.ndarray]:
+    """Per code with a value, the least and greatest value it holds (`value_size` each)."""
+    if attribute.kind == "categorical":
+        raise SchemaError(
+            f"attribute {attribute.name!r} is categorical and has no numeric value (moments "
+            "and sums need a numeric or integer attribute)"
+        )
+    interval: Any = getattr(attribute, "bin_interval", None)
+    if interval is not None:
+        pairs = [interval(code) for code in range(attribute.value_size)]
+        low = np.array([float(pair[0]) for pair in pairs])
+        high = np.array([float(pair[1]) for pair in pairs])
+        return low, high
+    if attribute.kind == "numeric":
+        edges = np.asarray(attribute.edges, dtype=np.float64)
+        return edges[:-1].copy(), edges[1:].copy()
+    points = np.asarray(attribute.midpoints(), dtype=np.float64)
+    return points, points.copy()
+
+
+def attribute_bin_values(attribute: Attribute, means: np.ndarray | None = None) -> BinValues:
+    """The representative values of one attribute's codes: exact, measured within-bin
+    means (one per code with a value; NaN where a bin has none), or midpoints."""
+    low, high = code_intervals(attribute)
+    if is_binned(attribute):
+        values = (low + high) / 2.0
+        method = "midpoint"
+        if means is not None:
+            measured = np.asarray(means, dtype=np.float64)
+            if measured.shape != values.shape:
+                raise ValueError(
+                    f"within-bin means of {attribute.name!r} need {values.size} entries, "
+                    f"got {measured.size}"
+                )
+            usable = np.isfinite(measured)
+            values = np.where(usable, np.clip(measured, low, high), values)
+            method = "within-bin means"
+    else:
+        values = low.copy()
+        high = low.copy()
+        method = "exact"
+    if attribute.missing:
+        values, low, high = (np.append(array, np.nan) for array in (values, low, high))
+    return BinValues(values=values, method=method, low=low, high=high)
+
+
+def measured_means(loaded: LoadedModel, attribute: Attribute) -> np.ndarray | None:
+    """The measured within-bin means of a binned attribute for this model version (one
+    per code with a value), or None when none are measured."""
+    return None
+
+
+def bin_values(loaded: LoadedModel, name: str, *, parameter: str = "attribute") -> BinValues:
+    """The representative values of attribute `name` of a loaded model's dataset
+    (an unknown or categorical attribute is a 422 naming `parameter`)."""
+    attribute = attribute_of(loaded.schema, name, parameter)
+    means = measured_means(loaded, attribute) if is_binned(attribute) else None
+    try:
+        return attribute_bin_values(attribute, means)
+    except SchemaError as error:
+        raise invalid(parameter, str(error)) from None
