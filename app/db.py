@@ -305,6 +305,7 @@ class MeasurementRecord(Base):
         UniqueConstraint("dataset_id", "number"),
         CheckConstraint("noise IN ('gaussian', 'laplace')", name="noise"),
         CheckConstraint("status IN ('active', 'quarantined')", name="status"),
+        CheckConstraint("kind IN ('marginal', 'within_bin_means')", name="kind"),
     )
 
     id: Mapped[int] = mapped_column(BigIntegerKey, primary_key=True, autoincrement=True)
@@ -316,6 +317,10 @@ class MeasurementRecord(Base):
     dataset_id: Mapped[str] = mapped_column(String(36), ForeignKey("datasets.id"), index=True)
     job_id: Mapped[str] = mapped_column(String(36), ForeignKey("jobs.id"), index=True)
     position: Mapped[int] = mapped_column(Integer)
+    # "marginal": noisy counts, which models fit. "within_bin_means": one binned
+    # attribute's noisy per-bin sums of fractions within the bins
+    # (`app.services.within_bin_means`), which answers use and no fit reads.
+    kind: Mapped[str] = mapped_column(String(32), default="marginal", server_default="marginal")
     attributes: Mapped[list[str]] = mapped_column(JSON)
     noise: Mapped[str] = mapped_column(String(16))
     # σ (Gaussian) or b (Laplace) of the noise on the counts: public.

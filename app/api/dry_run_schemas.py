@@ -15,6 +15,17 @@ class MarginalEstimateOut(BaseModel):
     expected_l1_error: float = Field(description="Expected L1 error of the marginal, in counts.")
 
 
+class WithinBinEstimateOut(BaseModel):
+    attribute: str
+    bins: int
+    widest_bin: float = Field(description="The widest bin's width (high − low).")
+    expected_abs_error_per_bin: float = Field(
+        description="E|noise| on one bin's sum of fractions (a row's place in its bin is a "
+        "fraction in [0, 1]); a bin of n rows and width w: its mean's error is about "
+        "w · this / n."
+    )
+
+
 class RunTimeOut(BaseModel):
     """What a mechanism's `expected_seconds` is made of (public sizes only)."""
 
@@ -79,6 +90,9 @@ class DryRunOut(BaseModel):
     )
     marginals: list[MarginalEstimateOut] = Field(
         description="The marginals measured (a mechanism: its workload, if it measures them)."
+    )
+    within_bin_means: list[WithinBinEstimateOut] | None = Field(
+        default=None, description="Within-bin means: what each attribute's release would be."
     )
     model_cells: int | None = Field(
         default=None, description="Cells of the dataset's model once these are measured."

@@ -40,6 +40,7 @@ wins: reading stops there).
 
 from app.ingest.columns import code_dtype
 from app.ingest.errors import MAX_REPORTED_LINES, IngestError
+from app.ingest.fractions import FRACTION_PREFIX, fraction_column
 from app.ingest.packing import pack_column, pack_columns, unpack_column
 from app.ingest.parquet import PARQUET_CONTENT_TYPE, encode_parquet
 from app.ingest.reading import MAX_LINE_CHARS
@@ -49,6 +50,7 @@ from app.ingest.upload import encode_upload
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
+    "FRACTION_PREFIX",
     "MAX_LINE_CHARS",
     "MAX_REPORTED_LINES",
     "MAX_UNIT_ROWS",
@@ -60,6 +62,7 @@ __all__ = [
     "encode_csv",
     "encode_parquet",
     "encode_upload",
+    "fraction_column",
     "pack_column",
     "pack_columns",
     "parse_privacy_unit",

@@ -252,6 +252,15 @@ class ParquetColumn:
             codes[is_null] = self.missing_code if self.attribute.missing else -1
         return codes
 
+    def numbers(self, array: Any) -> np.ndarray:
+        """A numeric or integer column's values as float64, NaN where a row has none (a
+        null, or a cell that is no number: a missing value's spelling); for the places
+        within the bins (`app.ingest.fractions`), beside the codes `encode` gives."""
+        array = _plain(array)
+        if _is_text(array.type):
+            return _texts_to_floats(pc.utf8_trim_whitespace(array))
+        return np.array(_floats(array), dtype=np.float64)
+
     def _encode_values(self, array: Any) -> np.ndarray:
         kind = self.attribute.kind
         if kind == "categorical":

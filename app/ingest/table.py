@@ -18,6 +18,7 @@ import numpy as np
 from app.ingest.arrow import encode_canonical
 from app.ingest.columns import ColumnEncoder
 from app.ingest.errors import MAX_REPORTED_LINES, IngestError, has_undecodable_bytes
+from app.ingest.fractions import binned_names, csv_fractions
 from app.ingest.reading import csv_records, read_batches, read_header
 from app.ingest.units import PrivacyUnit, UnitIds, keep_at_most, null_ids
 from app.schema import DatasetSchema
@@ -29,10 +30,13 @@ DEFAULT_CHUNK_ROWS = 2048
 
 @dataclass
 class EncodedTable:
-    """The encoded dataset: row count and one code array per attribute, schema order."""
+    """The encoded dataset: row count and one code array per attribute, schema order;
+    `fractions`: each binned attribute's rows' places within their bins
+    (`app.ingest.fractions`), absent when the stream could not be read twice."""
 
     rows: int
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    fractions: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class _UnitCells:
@@ -80,8 +84,8 @@ def encode_csv(
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be at least 1")
     unit_column = unit.column if unit is not None else None
-    if _rewindable(stream):
-        start = stream.tell()
+    start = stream.tell() if _rewindable(stream) else None
+    if start is not None:
         ids = UnitIds()
         fast = encode_canonical(stream, schema, max_bytes, ids, unit_column)
         if fast is not None:
@@ -89,6 +93,7 @@ def encode_csv(
             table = EncodedTable(
                 rows=rows, columns={a.name: codes[a.name] for a in schema.attributes}
             )
+            _add_fractions(table, stream, start, schema, max_bytes, unit_column)
             return truncate_units(table, ids, unit)
         del ids
         stream.seek(start)  # not canonical (or not valid): the exact path decides
@@ -97,7 +102,26 @@ def encode_csv(
         file_columns, n_fields = read_header(reader, schema, unit_column)
         unit_cells = _UnitCells(unit_column, ids) if unit_column is not None else None
         table = _encode_rows(reader, schema, file_columns, n_fields, chunk_rows, unit_cells)
+    if start is not None:
+        _add_fractions(table, stream, start, schema, max_bytes, unit_column)
     return truncate_units(table, ids, unit)
+
+
+def _add_fractions(
+    table: EncodedTable,
+    stream: BinaryIO,
+    start: int,
+    schema: DatasetSchema,
+    max_bytes: int | None,
+    unit_column: str | None,
+) -> None:
+    """Read the binned attributes' places within their bins in a second pass."""
+    if not binned_names(schema):
+        return
+    stream.seek(start)
+    table.fractions = csv_fractions(
+        stream, schema, table.columns, max_bytes=max_bytes, unit_column=unit_column
+    )
 
 
 def truncate_units(table: EncodedTable, ids: UnitIds, unit: PrivacyUnit | None) -> EncodedTable:
@@ -108,7 +132,9 @@ def truncate_units(table: EncodedTable, ids: UnitIds, unit: PrivacyUnit | None) 
     if keep is None:
         return table
     return EncodedTable(
-        rows=int(keep.sum()), columns={name: codes[keep] for name, codes in table.columns.items()}
+        rows=int(keep.sum()),
+        columns={name: codes[keep] for name, codes in table.columns.items()},
+        fractions={name: part[keep] for name, part in table.fractions.items()},
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
+from app.ingest.fractions import binned_names, parquet_fractions
 from app.ingest.parquet import encode_parquet, looks_like_parquet
 from app.ingest.table import DEFAULT_CHUNK_ROWS, EncodedTable, encode_csv, truncate_units
 from app.ingest.units import PrivacyUnit, UnitIds
@@ -27,5 +28,8 @@ def encode_upload(
     if looks_like_parquet(stream, content_type):
         ids = UnitIds()
         rows, columns = encode_parquet(stream, schema, max_bytes=max_bytes, unit=unit, ids=ids)
-        return truncate_units(EncodedTable(rows=rows, columns=columns), ids, unit)
+        table = EncodedTable(rows=rows, columns=columns)
+        if binned_names(schema):
+            table.fractions = parquet_fractions(stream, schema, columns)
+        return truncate_units(table, ids, unit)
     return encode_csv(stream, schema, max_bytes=max_bytes, chunk_rows=chunk_rows, unit=unit)

@@ -26,11 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from app.errors import SourceChanged
+from app.ingest import FRACTION_PREFIX
 from app.ingest.columns import code_dtype
 from app.records.counting import Mapper, MarginalCounter
 from app.records.encoding import id_hashes
 from app.records.engine import UnitCap
 from app.records.hashing import row_keys
+from app.records.summing import FractionSummer
 from app.schema import DatasetSchema
 
 # A bucket holds about this many rows at most (for a source whose ids spread evenly).
@@ -48,7 +50,7 @@ class CappedCounter:
 
     def __init__(
         self,
-        counter: MarginalCounter,
+        counter: MarginalCounter | FractionSummer,
         schema: DatasetSchema,
         unit: UnitCap,
         buckets: int,
@@ -60,7 +62,10 @@ class CappedCounter:
         self.buckets = buckets
         self.directory = directory
         self.needed = counter.attributes
-        self.dtypes = [code_dtype(schema.attribute(a).size) for a in self.needed]
+        # The counter's domain: the schema's attributes, and for within-bin sums each
+        # binned attribute's place within its bin (`fraction:` + its name, 0..GRID).
+        self.dtypes = [code_dtype(counter.domain.size_of(a)) for a in self.needed]
+        self.fractions = [i for i, a in enumerate(self.needed) if a.startswith(FRACTION_PREFIX)]
         self._writers: list[Any] = [None] * buckets
         self._sinks: list[Any] = [None] * buckets
         self._id_type: Any = None
@@ -148,6 +153,13 @@ class CappedCounter:
             # Chunks stay apart: the ids of a bucket may pass 2 GiB, a string array's limit.
             table = pa.ipc.open_stream(source).read_all()
         os.remove(path)  # the mapping keeps the data readable until the table is gone
+        if self.fractions:
+            # Rows of a unit whose keys tie have equal codes; of those, a cap keeps the
+            # smallest places within the bins first (the sort below is stable for ties),
+            # as the Spark engine's window orders them: the sums do not depend on the
+            # order the rows were read in.
+            places = [table.column(f"c{i}").to_numpy() for i in reversed(self.fractions)]
+            table = table.take(pa.array(np.lexsort(places)))
         rows = table.num_rows
         groups = group_indices(table.column("id"))
         keep = kept_rows(groups, table.column("key").to_numpy(), self.unit.max_rows)

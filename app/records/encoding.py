@@ -69,6 +69,11 @@ class ColumnCodes:
         self.dictionaries_encoded += 1
         return self._dictionary_codes
 
+    def numbers(self, array: Any) -> np.ndarray:
+        """A numeric or integer column's values as float64 (NaN where none), as an upload
+        reads them for the places within the bins (`app.ingest.fractions`)."""
+        return self.column.numbers(array)
+
     def explain(self, array: Any, row: int) -> str:
         """Why the value on `row` of the array is outside the schema, as an upload says."""
         if isinstance(array, pa.ChunkedArray):

@@ -88,3 +88,17 @@ class CountingEngine(Protocol):
         order, shape `schema.domain.shape(m)` flattened) of every requested marginal, in
         one scan of the source: the largest are counted, the others summed from them."""
         ...
+
+    def fraction_sums(
+        self,
+        source: Source,
+        schema: DatasetSchema,
+        attributes: Sequence[str],
+        unit: UnitCap | None,
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per binned attribute (`app.schema.within_bins`), in one scan: each code's exact
+        count of rows and exact sum of the rows' places within the bin in grid steps
+        (int64 each, the attribute's size), over the rows the unit's cap keeps. Rows whose
+        keys tie (equal codes) are kept in order of their fractions, smallest first, so
+        the kept rows' sums are the same whatever the order they are read in."""
+        ...

@@ -18,7 +18,7 @@ processes run it (`app/cli.py`); peak memory about 0.4 GB, the same at 3·10⁷ 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -33,8 +33,10 @@ from app.records.encoding import ColumnCodes, unit_ids
 from app.records.engine import Marginal, UnitCap, Validation
 from app.records.prefetch import read_ahead
 from app.records.reading import Batch, SourceFileUnreadable, SourceReader
+from app.records.summing import FractionSummer
 from app.records.validation import validate_source
 from app.schema import DatasetSchema
+from app.schema.within_bins import quantized_fractions
 from app.sources import Source
 
 # Rows of one record batch: large enough that per-batch overheads vanish, small enough
@@ -85,15 +87,51 @@ class LocalEngine:
                 for batch in read_ahead(reader.batches(columns)):
                     counter.add(encode(encoders, batch, pool.map), batch.rows, pool.map)
             else:
-                self._count_capped(reader, columns, encoders, counter, schema, unit, pool)
+
+                def coded(batch: Batch, mapper: Mapper) -> dict[str, np.ndarray]:
+                    return encode(encoders, batch, mapper)
+
+                self._count_capped(reader, columns, coded, counter, schema, unit, pool)
         return counter.result()
+
+    def fraction_sums(
+        self,
+        source: Source,
+        schema: DatasetSchema,
+        attributes: Sequence[str],
+        unit: UnitCap | None,
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Each binned attribute's per-code counts and sums of places within the bins, in
+        one scan: a batch's places are computed beside its codes (as an upload computes
+        them) and go through the same cap as codes (`capping`, which keeps tied rows in
+        order of their places), then are summed (`app.records.summing`)."""
+        summer = FractionSummer(schema.domain(), attributes)
+        reader = SourceReader(source, self.batch_rows, [unit.column] if unit else [])
+        needed = list(attributes) if unit is None else list(schema.names)
+        encoders = {a: ColumnCodes(schema.attribute(a)) for a in needed}
+        columns = needed + ([unit.column] if unit is not None else [])
+
+        def coded(batch: Batch, mapper: Mapper) -> dict[str, np.ndarray]:
+            codes = encode(encoders, batch, mapper)
+            for name, place in zip(summer.names, summer.places, strict=True):
+                numbers = encoders[name].numbers(batch.columns[name])
+                codes[place] = quantized_fractions(schema.attribute(name), numbers, codes[name])
+            return codes
+
+        with self._pool() as pool, _read_errors(reader):
+            if unit is None:
+                for batch in read_ahead(reader.batches(columns)):
+                    summer.add(coded(batch, pool.map), batch.rows)
+            else:
+                self._count_capped(reader, columns, coded, summer, schema, unit, pool)
+        return summer.result()
 
     def _count_capped(
         self,
         reader: SourceReader,
         columns: list[str],
-        encoders: Mapping[str, ColumnCodes],
-        counter: MarginalCounter,
+        coded: Callable[[Batch, Mapper], dict[str, np.ndarray]],
+        counter: MarginalCounter | FractionSummer,
         schema: DatasetSchema,
         unit: UnitCap,
         pool: ThreadPoolExecutor,
@@ -104,7 +142,7 @@ class LocalEngine:
             capped = CappedCounter(counter, schema, unit, buckets, folder)
             try:
                 for batch in read_ahead(reader.batches(columns)):
-                    codes = encode(encoders, batch, pool.map)
+                    codes = coded(batch, pool.map)
                     ids, absent = unit_ids(batch.columns[unit.column])
                     if absent.any():
                         raise SourceChanged(

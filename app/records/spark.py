@@ -45,6 +45,7 @@ from app.records.spark_sql import (
     examples_query,
     grouping_id,
     identifier,
+    sum_query,
     unit_id_expression,
     validation_query,
 )
@@ -222,6 +223,60 @@ class SparkEngine:
             ) from None
         counted = _arrays(table, schema, largest, sets)
         return {m: _sum_to(m, counted) for m in requested}
+
+    def fraction_sums(
+        self,
+        source: Source,
+        schema: DatasetSchema,
+        attributes: Sequence[str],
+        unit: UnitCap | None,
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per binned attribute: each code's rows and sum of places within the bin, by one
+        query (`spark_sql.sum_query`: the places computed beside the codes, the same cap,
+        one grouping set per attribute); only the sums come back."""
+        with self._reconnecting():
+            return self._fraction_sums(source, schema, list(dict.fromkeys(attributes)), unit)
+
+    def _fraction_sums(
+        self, source: Source, schema: DatasetSchema, attributes: list[str], unit: UnitCap | None
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        positions = {name: i for i, name in enumerate(schema.names)}
+        if not attributes or any(a not in positions for a in attributes):
+            raise InvariantViolated(f"within-bin sums of {attributes!r} do not fit the schema")
+        indices = tuple(sorted(positions[a] for a in attributes))
+        every = tuple(range(len(schema.attributes)))
+        session = self.session()
+        try:
+            frame, encoding = self._encoding(
+                session, source, schema, every if unit is not None else indices, unit
+            )
+        except IngestError as error:
+            raise SourceChanged(
+                f"the dataset's source no longer reads as it did at registration: {error.message}"
+            ) from None
+        placed = Encoding(encoding.stages, encoding.unit, indices, tuple(schema.attributes))
+        cap = None if unit is None else Cap(unit.secret, unit.max_rows, every)
+        try:
+            with _spark_errors(reading=True):
+                table = session.sql(sum_query(placed, cap), source=frame).toArrow()
+        except IngestError:
+            raise SourceChanged(
+                "the dataset's source no longer reads as Parquet as it did at registration"
+            ) from None
+        groups = table.column("g").to_numpy()
+        out = {}
+        for name in attributes:
+            i, size = positions[name], schema.attribute(name).size
+            rows = groups == grouping_id(indices, (i,))
+            codes = table.column(f"c{i}").to_numpy(zero_copy_only=False)[rows].astype(np.int64)
+            if codes.size and (codes.min() < 0 or codes.max() >= size):
+                raise InvariantViolated(f"the source has a value outside the schema in {name!r}")
+            counts = np.zeros(size, dtype=np.int64)
+            sums = np.zeros(size, dtype=np.int64)
+            np.add.at(counts, codes, table.column("n").to_numpy()[rows].astype(np.int64))
+            np.add.at(sums, codes, table.column(f"s{i}").to_numpy()[rows].astype(np.int64))
+            out[name] = (counts, sums)
+        return out
 
     # -- reading ---------------------------------------------------------------------------
 

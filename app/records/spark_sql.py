@@ -39,6 +39,7 @@ from decimal import Decimal, InvalidOperation
 
 from app.records.engine import ID_TRIM
 from app.schema import Attribute
+from app.schema.within_bins import GRID, code_intervals
 
 BAD_CODE = -1
 
@@ -327,11 +328,15 @@ class Encoding:
 
     stages: dict[int, Stages]
     unit: str | None = None
+    # Positions of the binned attributes whose places within the bins `f{i}` the rows
+    # carry (`place_expression`), for within-bin sums.
+    places: tuple[int, ...] = ()
+    attributes: tuple[Attribute, ...] = ()
 
 
 def coded_query(encoding: Encoding, keep: str | None = None) -> str:
     """Rows of codes `c{i}` (INT) and the unit's id `u`; `keep`, a source column kept
-    beside them as `x` (the examples of a validation)."""
+    beside them as `x` (the examples of a validation); the places `f{i}` asked for."""
     first = [f"{s.prepared} AS p{i}" for i, s in encoding.stages.items()]
     second = [f"{s.parsed} AS q{i}" for i, s in encoding.stages.items() if s.parsed is not None]
     last = [f"{s.code} AS c{i}" for i, s in encoding.stages.items()]
@@ -342,9 +347,38 @@ def coded_query(encoding: Encoding, keep: str | None = None) -> str:
     if keep is not None:
         first.append(f"{keep} AS x")
         passed.append("x")
+    # A place needs its attribute's number: the parsed stage of text, else the prepared.
+    numbers = [
+        f"{'q' if encoding.stages[i].parsed is not None else 'p'}{i} AS x{i}"
+        for i in encoding.places
+    ]
     prepared = f"SELECT {', '.join(first)} FROM {SOURCE}"
     parsed = f"SELECT *{''.join(', ' + q for q in second)} FROM ({prepared})"
-    return f"SELECT {', '.join(last + passed)} FROM ({parsed})"
+    coded = f"SELECT {', '.join(last + passed + numbers)} FROM ({parsed})"
+    if not encoding.places:
+        return coded
+    kept = [f"c{i}" for i in encoding.stages] + passed
+    places = [f"{place_expression(encoding.attributes[i], i)} AS f{i}" for i in encoding.places]
+    return f"SELECT {', '.join(kept + places)} FROM ({coded})"
+
+
+def place_expression(attribute: Attribute, index: int) -> str:
+    """A row's place within its bin in grid steps (BIGINT 0..GRID), from its number
+    `x{index}` and code `c{index}`: the same double operations as
+    `app.schema.within_bins.quantized_fractions` — (x − low) / (high − low), clamped to
+    [0, 1], times 2¹⁶, plus ½, floored — so the same integer; 0 for the missing code or
+    no finite number."""
+    lows, highs = code_intervals(attribute)
+    x, c = f"x{index}", f"c{index}"
+    low = f"element_at(array({', '.join(double_literal(v) for v in lows)}), {c} + 1)"
+    high = f"element_at(array({', '.join(double_literal(v) for v in highs)}), {c} + 1)"
+    width = f"({high} - {low})"
+    fraction = f"least(greatest(({x} - {low}) / {width}, 0.0D), 1.0D)"
+    return (
+        f"CASE WHEN {c} < 0 OR {c} >= {attribute.value_size} OR {x} IS NULL "
+        f"OR isnan({x} - {x}) OR NOT {width} > 0.0D THEN CAST(0 AS BIGINT) "
+        f"ELSE CAST(floor({fraction} * {double_literal(float(GRID))} + 0.5D) AS BIGINT) END"
+    )
 
 
 @dataclass(frozen=True)
@@ -368,7 +402,10 @@ def capped_query(encoding: Encoding, cap: Cap | None) -> str:
         raise ValueError("the cap's key needs every attribute's code and the unit's id")
     codes = ", ".join(f"c{i}" for i in cap.attributes)
     key = f"xxhash64(CAST({int(cap.secret)} AS BIGINT), {codes})"
-    ranked = f"SELECT *, row_number() OVER (PARTITION BY u ORDER BY {key}) AS r FROM ({coded})"
+    # Rows whose keys tie have equal codes; of those, the smallest places are kept first
+    # (as the local engine keeps them): sums of places then do not depend on row order.
+    order = key + "".join(f", f{i}" for i in encoding.places)
+    ranked = f"SELECT *, row_number() OVER (PARTITION BY u ORDER BY {order}) AS r FROM ({coded})"
     return f"SELECT * FROM ({ranked}) WHERE r <= {int(cap.max_rows)}"
 
 
@@ -395,6 +432,20 @@ def count_query(encoding: Encoding, sets: Sequence[Sequence[int]], cap: Cap | No
     return (
         f"SELECT grouping_id() AS g, {columns}, count(*) AS n FROM ({rows}) "
         f"GROUP BY {columns} GROUPING SETS ({grouping_sets})"
+    )
+
+
+def sum_query(encoding: Encoding, cap: Cap | None) -> str:
+    """One aggregation over the capped rows, one grouping set per attribute of
+    `encoding.places`: `g` (grouping_id), its code `c{i}`, `n` the rows and `s{i}` the
+    sum of their places within the bin."""
+    rows = capped_query(encoding, cap)
+    columns = ", ".join(f"c{i}" for i in encoding.places)
+    sums = ", ".join(f"sum(f{i}) AS s{i}" for i in encoding.places)
+    sets = ", ".join(f"(c{i})" for i in encoding.places)
+    return (
+        f"SELECT grouping_id() AS g, {columns}, count(*) AS n, {sums} FROM ({rows}) "
+        f"GROUP BY {columns} GROUPING SETS ({sets})"
     )
 
 

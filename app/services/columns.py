@@ -20,18 +20,23 @@ from sqlalchemy.orm import Session
 
 from app.db import Dataset, DatasetColumn
 from app.errors import NotFound, RecordsPurged
-from app.ingest import unpack_column
+from app.ingest import FRACTION_PREFIX, unpack_column
 from app.pgm.domain import Domain
 
 
 def load_columns(
     session: Session, dataset_id: str, attributes: Iterable[str] | None = None
 ) -> dict[str, np.ndarray]:
-    """The stored integer codes of the named attributes (all if None), by name."""
+    """The stored integer codes of the named columns (every attribute's if None), by name.
+
+    A binned attribute's places within its bins are stored beside its codes
+    (`app.ingest.fractions`): named, they are loaded like a column; None leaves them out."""
     query = select(DatasetColumn).where(DatasetColumn.dataset_id == dataset_id)
     wanted = None if attributes is None else set(attributes)
     if wanted is not None:
         query = query.where(DatasetColumn.name.in_(wanted))
+    else:
+        query = query.where(DatasetColumn.name.not_like(f"{FRACTION_PREFIX}%"))
     columns = {
         column.name: unpack_column(column.data)
         for column in session.scalars(query.order_by(DatasetColumn.position))

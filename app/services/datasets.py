@@ -48,6 +48,7 @@ from app.ingest import (
     IngestError,
     PrivacyUnit,
     encode_upload,
+    fraction_column,
     pack_columns,
     parse_privacy_unit,
 )
@@ -181,11 +182,16 @@ def create_dataset(
     session.add(dataset)
     session.flush()
     private_bins.charge_private_bins(session, dataset, schema)
-    blobs = pack_columns([table.columns[attribute.name] for attribute in schema.attributes])
-    for position, (attribute, blob) in enumerate(zip(schema.attributes, blobs, strict=True)):
-        session.add(
-            DatasetColumn(dataset_id=dataset.id, position=position, name=attribute.name, data=blob)
-        )
+    # The codes, then the binned attributes' places within their bins (raw records too:
+    # `app.ingest.fractions`), after them so that the codes keep their positions.
+    names = [attribute.name for attribute in schema.attributes]
+    arrays = [table.columns[name] for name in names]
+    for name, fractions in table.fractions.items():
+        names.append(fraction_column(name))
+        arrays.append(fractions)
+    blobs = pack_columns(arrays)
+    for position, (name, blob) in enumerate(zip(names, blobs, strict=True)):
+        session.add(DatasetColumn(dataset_id=dataset.id, position=position, name=name, data=blob))
     session.flush()
     return dataset
 

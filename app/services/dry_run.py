@@ -6,6 +6,8 @@ reads the grant's budget — and writes nothing: no ledger line, no job. It answ
 with the ρ the request would be charged, ε at the request's δ, the noise scale, and
 per marginal its cells and the expected absolute error per cell and over the
 marginal (L1, in counts; `app.privacy.expected_error`), and the ρ that would remain.
+A within-bin means request answers the same, with per attribute its bins and the
+expected absolute error of a bin's noisy sum of fractions.
 
 Every figure is at the dataset's sensitivity k, the rows one privacy unit may hold
 (`app.services.unit_accounting`): the same ρ buys σ k times as large as on a dataset
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from app.pgm.domain import Domain
@@ -34,9 +37,12 @@ from app.privacy.mechanisms.aim import aim_schedule
 from app.privacy.mechanisms.budget import split_round
 from app.privacy.mechanisms.mwem import mwem_rounds
 from app.privacy.mechanisms.options import MechanismOptions
+from app.schema import DatasetSchema
+from app.schema.within_bins import code_intervals
 from app.services import ledger, unit_accounting
 from app.services import measurements as measurement_service
 from app.services import mechanisms as mechanism_service
+from app.services import within_bin_means as within_bin_service
 from app.services.rho import units_to_decimal_str, units_to_rho
 from app.services.run_time import expected_run_time
 
@@ -112,6 +118,47 @@ def measurement(
         "sensitivity": plan.sensitivity,
         "marginals": marginal_estimates(domain, plan.marginals, plan.noise, plan.scale),
         "model_cells": model_cells,
+    }
+
+
+def within_bin_means(
+    session: Session,
+    *,
+    tenant_id: str,
+    dataset_id: str,
+    schema: DatasetSchema,
+    plan: within_bin_service.WithinBinPlan,
+    delta: float,
+) -> dict[str, Any]:
+    """The dry run of a within-bin means request: its price, and per attribute the
+    expected error of a bin's noisy sum of fractions (in rows' worth of fraction) and,
+    for a bin of n rows and width w, of its mean: about w · that error / n."""
+    per_bin = expected_abs_error(plan.noise, plan.scale)  # type: ignore[arg-type]
+    scale_key = "sigma" if plan.noise == "gaussian" else "scale"
+    attributes = []
+    for name in plan.attributes:
+        lows, highs = code_intervals(schema.attribute(name))
+        attributes.append(
+            {
+                "attribute": name,
+                "bins": int(lows.size),
+                "widest_bin": float(np.max(highs - lows)),
+                "expected_abs_error_per_bin": per_bin,
+            }
+        )
+    return {
+        **_budget_after(
+            session,
+            tenant_id=tenant_id,
+            dataset_id=dataset_id,
+            rho_units=plan.rho_units,
+            delta=delta,
+        ),
+        "noise": plan.noise,
+        scale_key: plan.scale,
+        "sensitivity": plan.sensitivity,
+        "marginals": [],
+        "within_bin_means": attributes,
     }
 
 

@@ -18,14 +18,15 @@ produced: once a record is written the access counts as used — refunds return 
 what no access row records (`app.services.refunds`), and a retried job replays what
 was stored and takes an access whose output was lost as spent, never redone.
 
-The reader (`RecordGate.marginals`, `RecordGate.marginal`) works only while the gate
-is open; outside it raises `UngatedAccess`. It counts once per access: every marginal
-the access needs (and those a mechanism names for its later rounds) in one scan —
-one bincount of each maximal set over the stored columns (`app.services.columns`), or
-one engine scan of a registered source (`app.records`) — and sums smaller marginals
-from the counts it keeps (`app.services.record_reader`). This module is the only
-importer of the columns and the engines, which an import-linter contract enforces,
-so no new path can read records without passing here.
+The reader (`RecordGate.marginals`, `RecordGate.marginal`, and for within-bin means
+`RecordGate.fraction_sums`) works only while the gate is open; outside it raises
+`UngatedAccess`. It counts once per access: every marginal the access needs (and
+those a mechanism names for its later rounds) in one scan — one bincount of each
+maximal set over the stored columns (`app.services.columns`), or one engine scan of a
+registered source (`app.records`) — and sums smaller marginals from the counts it
+keeps (`app.services.record_reader`). This module is the only importer of the
+columns and the engines, which an import-linter contract enforces, so no new path can
+read records without passing here.
 
 No database transaction is held while the records are read or noise is drawn: the
 access row is committed first, the output is stored afterwards in a transaction of
@@ -55,9 +56,11 @@ from app.errors import (
     SourceChanged,
     SourceNotAllowed,
 )
+from app.ingest import fraction_column
 from app.pgm.domain import Domain
 from app.records.engine import CountingEngine, UnitCap, Validation
 from app.schema import DatasetSchema, parse_schema
+from app.schema.within_bins import fraction_sums
 from app.services import jobs
 from app.services.columns import ColumnCache, true_marginal
 from app.services.record_reader import CountedMarginals, Marginal, marginals_of
@@ -281,6 +284,42 @@ class RecordGate:
             if m not in counted or counted[m].size != self.domain.cells(m):
                 raise InvariantViolated(f"the {engine.name} engine did not count {list(m)}")
         return {m: counted[m] for m in plan}
+
+    def fraction_sums(self, attributes: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per binned attribute, per code, inside the gate only: its exact count of rows and
+        the exact sum of their places within the bin in units of 1/GRID
+        (`app.schema.within_bins`), in one read — the stored fractions of an upload
+        (`app.ingest.fractions`), or one engine scan of a registered source."""
+        self._require_open()
+        sizes = {name: self.domain.size_of(name) for name in attributes}
+        registered = self._registered
+        if registered is None:
+            wanted = [n for name in attributes for n in (name, fraction_column(name))]
+            with self.runner.database.read_only() as session:
+                columns = self._cache.get(session, self.dataset_id, wanted)
+            out = {}
+            for name, size in sizes.items():
+                codes = columns[name]
+                counts = np.bincount(codes.astype(np.intp), minlength=size).astype(np.int64)
+                out[name] = (counts, fraction_sums(size, codes, columns[fraction_column(name)]))
+            return out
+        engine = counting_engine(self.runner.settings)
+        try:
+            counted = engine.fraction_sums(
+                registered.source, registered.schema, list(attributes), registered.unit
+            )
+        except (SourceUnreadable, FileNotFoundError):
+            counted = None
+        after = listing_of(registered.source.uri, self.runner.settings.source_root_list)
+        if counted is None or after.files is None or changed(registered.source.files, after.files):
+            raise SourceChanged(
+                "the dataset's source changed while it was being read; the access is "
+                "spent, and the dataset is frozen (new data is a new dataset)"
+            )
+        for name, size in sizes.items():
+            if name not in counted or any(part.size != size for part in counted[name]):
+                raise InvariantViolated(f"the {engine.name} engine did not sum {name!r}")
+        return {name: counted[name] for name in attributes}
 
     @contextmanager
     def store_fence(self) -> Iterator[Session]:

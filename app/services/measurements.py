@@ -119,11 +119,19 @@ def check_attribute_sets(
     return tuple(checked)
 
 
+def _active_marginals(dataset_id: str) -> tuple[Any, ...]:
+    return (  # what models fit: noisy counts (not `app.services.within_bin_means`)
+        MeasurementRecord.dataset_id == dataset_id,
+        MeasurementRecord.status == "active",
+        MeasurementRecord.kind == "marginal",
+    )
+
+
 def released_attribute_sets(session: Session, dataset_id: str) -> list[tuple[str, ...]]:
     """The distinct attribute sets of the dataset's stored (active) measurements."""
     stored = session.scalars(
         select(sql_cast(MeasurementRecord.attributes, Text))
-        .where(MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active")
+        .where(*_active_marginals(dataset_id))
         .distinct()
     ).all()
     return sorted({tuple(json.loads(text)) for text in stored if text})
@@ -183,9 +191,7 @@ def adds_attribute_sets(
     stored = frozenset(
         frozenset(attributes)
         for attributes in session.scalars(
-            select(MeasurementRecord.attributes).where(
-                MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.status == "active"
-            )
+            select(MeasurementRecord.attributes).where(*_active_marginals(dataset_id))
         ).all()
     )
     with _measured_sets_lock:
@@ -373,6 +379,7 @@ def store(
     values: np.ndarray,
     access_id: int | None,
     details: dict[str, Any] | None = None,
+    kind: str = "marginal",
 ) -> MeasurementRecord:
     """Add one noisy marginal, naming the gate access that produced it; never commits.
 
@@ -399,6 +406,7 @@ def store(
         dataset_id=dataset_id,
         job_id=job_id,
         position=position,
+        kind=kind,
         attributes=list(attributes),
         noise=noise_kind,
         scale=float(scale),
@@ -465,10 +473,12 @@ def id_statuses(session: Session, dataset_id: str) -> list[tuple[int, str, str]]
 
 
 def list_for_dataset(
-    session: Session, dataset_id: str, *, active_only: bool = False
+    session: Session, dataset_id: str, *, active_only: bool = False, kind: str = "marginal"
 ) -> Sequence[MeasurementRecord]:
-    """The dataset's measurements, oldest first; `active_only` leaves out quarantined ones."""
-    query = select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id)
+    """The dataset's measurements of `kind`, oldest first; `active_only`: not quarantined."""
+    query = select(MeasurementRecord).where(
+        MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.kind == kind
+    )
     if active_only:
         query = query.where(MeasurementRecord.status == "active")
     return session.scalars(query.order_by(MeasurementRecord.id)).all()

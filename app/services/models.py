@@ -289,6 +289,7 @@ def covered_measurements(
             MeasurementRecord.dataset_id == dataset_id,
             MeasurementRecord.id <= high_water,
             MeasurementRecord.status == "active",
+            MeasurementRecord.kind == "marginal",
         )
         .order_by(MeasurementRecord.id)
     ).all()

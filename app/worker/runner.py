@@ -61,6 +61,7 @@ from app.services import (
     job_progress,
     jobs,
     measuring,
+    measuring_within_bins,
     mechanisms,
     quarantine,
     refits,
@@ -88,6 +89,8 @@ def _handler(kind: str) -> Callable[[Worker, Job], dict[str, Any]]:
         return refits.run_job
     if kind == sources.JOB_KIND:  # the scan of a source registered by reference
         return sources.run_job
+    if kind == measuring_within_bins.JOB_KIND:  # noisy sums of places within bins
+        return measuring_within_bins.run_job
     raise PrivqError(f"unknown job kind {kind!r}")
 
 

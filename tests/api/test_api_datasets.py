@@ -37,10 +37,13 @@ def test_upload_with_value_schema_stores_encoded_columns(api, database) -> None:
     assert dataset["rho_total"] == 2.5
     with database.read_only() as session:
         columns = load_columns(session, dataset["id"])
-        positions = session.scalars(
-            select(DatasetColumn.position).where(DatasetColumn.dataset_id == dataset["id"])
+        stored = session.execute(
+            select(DatasetColumn.position, DatasetColumn.name).where(
+                DatasetColumn.dataset_id == dataset["id"]
+            )
         ).all()
-    assert sorted(positions) == [0, 1]
+    # The codes in schema order, then the binned attribute's places within its bins.
+    assert sorted(tuple(row) for row in stored) == [(0, "sex"), (1, "age"), (2, "fraction:age")]
     # sex F,M,F,M,F → 0,1,0,1,0; age 23,41,67,17,30 in bins [0,18,30,45,65,120) → 1,2,4,0,2
     np.testing.assert_array_equal(columns["sex"], [0, 1, 0, 1, 0])
     np.testing.assert_array_equal(columns["age"], [1, 2, 4, 0, 2])

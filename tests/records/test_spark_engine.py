@@ -626,3 +626,46 @@ def test_a_failed_query_is_typed_and_the_next_access_reconnects() -> None:
         assert caught.value.status == 503
         assert "secret-value" not in caught.value.message
         assert len(made) == attempt  # each access after a failure connects afresh
+
+
+# -- within-bin sums -----------------------------------------------------------------------
+
+BINNED = ["age", "score", "price", "large"]
+
+
+@requires_java
+def test_both_engines_sum_places_within_bins_as_the_stored_path(
+    spark: Any, engine: SparkEngine, mixed: Path
+) -> None:
+    from app.ingest import encode_upload
+    from app.records.local import LocalEngine
+    from app.schema.within_bins import fraction_sums
+
+    with mixed.open("rb") as stream:
+        stored = encode_upload(
+            stream,
+            SCHEMA,
+            unit=PrivacyUnit("person", 1000),
+            content_type="application/vnd.apache.parquet",
+        )
+    mixed_source = source(mixed)
+    local = LocalEngine(batch_rows=300)
+    counting = CountingSession(spark)
+    by_spark = SparkEngine(counting).fraction_sums(mixed_source, SCHEMA, BINNED, None)
+    assert counting.queries == 1  # every attribute in one query
+    by_local = local.fraction_sums(mixed_source, SCHEMA, BINNED, None)
+    for name in BINNED:
+        size = SCHEMA.attribute(name).size
+        codes = stored.columns[name]
+        counts = np.bincount(codes.astype(np.intp), minlength=size)
+        sums = fraction_sums(size, codes, stored.fractions[name])
+        for got in (by_spark[name], by_local[name]):
+            np.testing.assert_array_equal(got[0], counts, err_msg=name)
+            np.testing.assert_array_equal(got[1], sums, err_msg=name)
+    cap = UnitCap("person", 3, secret=987654321)
+    capped_spark = engine.fraction_sums(mixed_source, SCHEMA, BINNED, cap)
+    capped_local = local.fraction_sums(mixed_source, SCHEMA, BINNED, cap)
+    for name in BINNED:
+        assert capped_spark[name][0].sum() < ROWS
+        np.testing.assert_array_equal(capped_spark[name][0], capped_local[name][0], err_msg=name)
+        np.testing.assert_array_equal(capped_spark[name][1], capped_local[name][1], err_msg=name)

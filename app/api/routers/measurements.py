@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from app.api import within_bin_requests
 from app.api.concurrency import read_endpoint, write_endpoint
 from app.api.deps import CurrentTenant, DatabaseDep, PrincipalDep, SettingsDep
 from app.api.dry_run_schemas import DryRunOut
@@ -35,6 +36,7 @@ from app.services import jobs as job_service
 from app.services import measurements as measurement_service
 from app.services import queue as queue_service
 from app.services import releases as release_service
+from app.services import within_bin_means as within_bin_service
 from app.services.ledger import ChargeResult
 from app.services.rho import check_delta, units_to_decimal_str, units_to_rho
 
@@ -58,13 +60,25 @@ class MeasurementRequest(PrivacyAmount):
                 {"marginals": [["age"], ["sex"], ["age", "sex"]], "noise": "gaussian", "rho": 0.1},
                 {"marginals": [["race", "sex"]], "noise": "laplace", "scale": 20},
                 {"marginals": [["age", "sex"]], "epsilon": 1.0, "delta": 1e-6},
+                {"within_bin_means": ["hours"], "rho": 0.5},
             ]
         },
     )
-    marginals: list[MarginalIn] = Field(
+    marginals: list[MarginalIn] | None = Field(
+        default=None,
         min_length=1,
         max_length=measurement_service.MAX_MARGINALS_PER_REQUEST,
-        description="Attribute sets to measure; each one a marginal of counts.",
+        description="Attribute sets to measure; each one a marginal of counts. Give this or "
+        "`within_bin_means`.",
+    )
+    within_bin_means: list[AttributeName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=within_bin_service.MAX_ATTRIBUTES_PER_REQUEST,
+        description="Binned attributes (numeric, or integer with bins) whose within-bin "
+        "means to measure: each bin's noisy sum of its rows' places within it, at the "
+        "sensitivity of a one-way marginal (k); later answers use them instead of "
+        "midpoints. Give this or `marginals`; `rho` is split equally over them.",
     )
     noise: Literal["gaussian", "laplace"] = "gaussian"
     sigma: Sigma | None = None
@@ -81,6 +95,9 @@ class JobAccepted(BaseModel):
     sigma: float | None = None
     scale: float | None = None
     marginals: list[list[str]] | None = Field(default=None, description="What will be measured.")
+    within_bin_means: list[str] | None = Field(
+        default=None, description="The attributes whose within-bin means will be measured."
+    )
     workload: list[list[str]] | None = Field(
         default=None, description="A mechanism's workload (it chooses what to measure)."
     )
@@ -100,6 +117,7 @@ class JobAccepted(BaseModel):
             sigma=params["scale"] if "scale" in params and noise == "gaussian" else None,
             scale=params["scale"] if noise == "laplace" else None,
             marginals=params.get("marginals"),
+            within_bin_means=params.get("within_bin_means"),
             workload=params.get("workload"),
             replayed=charge.replayed,
         )
@@ -169,6 +187,11 @@ class MeasurementOut(BaseModel):
         description="The job that measured it; null for another tenant's job (a release is "
         "public to every grantee, who bought it is not)."
     )
+    kind: Literal["marginal", "within_bin_means"] = Field(
+        description="marginal: noisy counts. within_bin_means: one binned attribute's noisy "
+        "per-bin sums of its rows' places within their bins, in steps of 1/`details.grid` "
+        "(`sigma`/`scale` in those steps too)."
+    )
     attributes: list[str]
     noise: str
     sigma: float | None = None
@@ -176,7 +199,7 @@ class MeasurementOut(BaseModel):
     rho: float
     values: list[int] = Field(
         description="Noisy counts, row-major over the attributes' codes (over their groups "
-        "when `groups` is set)."
+        "when `groups` is set); within-bin means: each code's noisy sum of fractions."
     )
     groups: list[list[list[int]]] | None = Field(
         default=None,
@@ -201,6 +224,7 @@ class MeasurementOut(BaseModel):
         return cls(
             id=record.number,
             job_id=release.job_id,
+            kind=record.kind,  # type: ignore[arg-type]
             attributes=list(record.attributes),
             noise=record.noise,
             sigma=record.scale if record.noise == "gaussian" else None,
@@ -208,7 +232,8 @@ class MeasurementOut(BaseModel):
             rho=units_to_rho(record.rho_units),
             values=measurement_views.decoded_values(record),
             groups=measurement_views.group_ranges(record),
-            details=release.details,
+            # A within-bin release's details (its grid) are public: its values need them.
+            details=record.details if record.kind == "within_bin_means" else release.details,
             created_at=record.created_at,
             status=record.status,  # type: ignore[arg-type]
             quarantine_reason=record.quarantine_reason,
@@ -279,14 +304,9 @@ def _plan(
     dataset = dataset_service.get_dataset(session, dataset_id, tenant_id=tenant_id)
     dataset_service.require_records(dataset)
     domain = dataset_service.dataset_schema(dataset).domain()
-    given_scale = body.sigma if body.noise == "gaussian" else body.scale
-    wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
-    if wrong_scale is not None:
-        right, wrong = ("sigma", "scale") if body.noise == "gaussian" else ("scale", "sigma")
-        raise InvalidRequest(f"{body.noise} noise takes {right!r}, not {wrong!r}")
-    if body.gives_amount == (given_scale is not None):
-        scale_name = "sigma" if body.noise == "gaussian" else "scale"
-        raise InvalidRequest(f"give exactly one of rho, epsilon with delta, or {scale_name}")
+    given_scale = _checked_scale(body)
+    if body.marginals is None:
+        raise InvalidRequest("give marginals or within_bin_means", field="marginals")
     plan = measurement_service.plan(
         domain,
         body.marginals,
@@ -298,6 +318,20 @@ def _plan(
         sensitivity=unit_accounting.sensitivity(dataset),
     )
     return dataset, plan
+
+
+def _checked_scale(body: MeasurementRequest) -> float | None:
+    """The noise scale the request gives (None: it gives an amount of ρ); 422 if it gives
+    the wrong one, or both or neither of an amount and a scale."""
+    given_scale = body.sigma if body.noise == "gaussian" else body.scale
+    wrong_scale = body.scale if body.noise == "gaussian" else body.sigma
+    if wrong_scale is not None:
+        right, wrong = ("sigma", "scale") if body.noise == "gaussian" else ("scale", "sigma")
+        raise InvalidRequest(f"{body.noise} noise takes {right!r}, not {wrong!r}")
+    if body.gives_amount == (given_scale is not None):
+        scale_name = "sigma" if body.noise == "gaussian" else "scale"
+        raise InvalidRequest(f"give exactly one of rho, epsilon with delta, or {scale_name}")
+    return given_scale
 
 
 @router.post(
@@ -332,7 +366,33 @@ def create_measurement(
     With `dry_run=true`: nothing is charged and no job is made; the answer (200) is the
     cost in ρ and in ε at `delta`, the noise scale, each marginal's expected error in
     counts, and the ρ that would remain.
+
+    With `within_bin_means` instead of `marginals`: the same for noisy per-bin sums of
+    where values lie within their bins (docs/api.md, docs/privacy.md).
     """
+    if (body.marginals is None) == (body.within_bin_means is None):
+        raise InvalidRequest(
+            "give exactly one of marginals or within_bin_means", field="within_bin_means"
+        )
+    if body.within_bin_means is not None:
+        request = within_bin_requests.WithinBinRequest(
+            dataset_id=dataset_id,
+            tenant_id=tenant.id,
+            names=body.within_bin_means,
+            noise=body.noise,
+            rho_units=body.amount_units(rounding="up", max_delta=settings.max_delta),
+            scale=_checked_scale(body),
+        )
+        if dry_run:
+            return dry_run_response(within_bin_requests.dry_run(database, request, delta=delta))
+        job, charge = within_bin_requests.submit(
+            database,
+            request,
+            settings=settings,
+            idempotency_key=idempotency_key,
+            body_hash=measurement_service.request_hash(body.model_dump()),
+        )
+        return JobAccepted.of(job, charge)
     if dry_run:
         with database.read_only() as read_session:
             dataset, plan = _plan(read_session, dataset_id, body, settings, tenant.id)

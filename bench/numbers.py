@@ -1,0 +1,174 @@
+"""Benchmark: the average of a skewed numeric attribute from the model, with bin
+midpoints and with measured within-bin means, against the truth; and what the
+within-bin means cost in ρ.
+
+The table is drawn by tests/data/make_delays.py (`build(rows=--rows)`): flight
+departure delays, most a few minutes early, a third late with a long right tail, in
+wide bins [-30, 0, 30, 120, 600]. It is uploaded to a fresh SQLite database through
+the HTTP API (in process), the one-way marginal of `dep_delay` is measured at
+`--rho-counts` (the counts every answer weights bins by), then the within-bin means of
+`dep_delay` at `--rho` (default 0.5) `--repeats` times, each a release of its own; the
+worker runs the jobs as the service does. Each release's AVG is
+Σ n̂_b · mean_b / Σ n̂_b with the model's counts n̂_b, mean_b = low + width ·
+clip(S_b / n̂_b, 0, 1) (`app.services.within_bin_means.means_from`); the midpoints'
+AVG uses the same counts. Relative errors are |estimate − truth| / |truth|, and the
+median over the releases is printed with the worst.
+
+The median (the 50th percentile) from the model is the quantiles work's
+(`MEDIAN`, `GET /quantiles`), not on this branch: `median` is printed as null.
+
+Prints ONE JSON line.
+
+    .venv/bin/python bench/numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file's name is the standard library's `numbers`, which numpy imports: its folder
+# (sys.path[0] when run as a script) must not be searched first.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "data"))
+sys.path.insert(0, str(ROOT))
+
+from make_delays import DELAY_EDGES, SCHEMA, build, to_csv  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.database import Database  # noqa: E402
+from app.db import MeasurementRecord  # noqa: E402
+from app.ingest import unpack_column  # noqa: E402
+from app.migrations import upgrade_to_head  # noqa: E402
+from app.worker import Worker  # noqa: E402
+
+ADMIN_KEY = "bench-admin-key-" + "x" * 32
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rho", type=float, default=0.5, help="ρ of one within-bin release")
+    parser.add_argument("--rho-counts", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    from fastapi.testclient import TestClient
+
+    from app.api import create_app
+
+    columns = build(rows=args.rows)
+    truth = float(np.mean(columns["dep_delay"]))
+    edges = np.asarray(DELAY_EDGES)
+    lows, highs = edges[:-1], edges[1:]
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{folder}/bench.db"
+        upgrade_to_head(url)
+        database = Database(url)
+        settings = Settings(
+            database_url=url,
+            admin_key=ADMIN_KEY,
+            env="test",
+            workers_in_process=0,
+            auto_migrate=False,
+        )
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        with TestClient(create_app(settings, database=database)) as client:
+            tenant = client.post("/v1/tenants", json={"name": "bench"}, headers=admin).json()
+            headers = {"Authorization": f"Bearer {tenant['api_key']}"}
+            upload = client.post(
+                "/v1/datasets",
+                data={"schema": json.dumps(SCHEMA), "name": "delays"},
+                files={"file": ("delays.csv", io.BytesIO(to_csv(columns).encode()), "text/csv")},
+                headers=admin,
+            )
+            upload.raise_for_status()
+            dataset_id = upload.json()["id"]
+            total = args.rho_counts + args.rho * args.repeats
+            client.post(
+                f"/v1/datasets/{dataset_id}/grants",
+                json={"tenant_id": tenant["id"], "rho": total},
+                headers=admin,
+            ).raise_for_status()
+            measurements = f"/v1/datasets/{dataset_id}/measurements"
+            client.post(
+                measurements,
+                json={"marginals": [["dep_delay"]], "rho": args.rho_counts},
+                headers=headers,
+            ).raise_for_status()
+            for _ in range(args.repeats):
+                client.post(
+                    measurements,
+                    json={"within_bin_means": ["dep_delay"], "rho": args.rho},
+                    headers=headers,
+                ).raise_for_status()
+            Worker(database, settings, poll_seconds=0.01).run_until_idle()
+            marginal = client.get(
+                f"/v1/datasets/{dataset_id}/marginals",
+                params={"attrs": "dep_delay"},
+                headers=headers,
+            ).json()
+        counts = np.asarray(marginal["counts"], dtype=np.float64)
+        with database.read_only() as session:
+            releases = session.query(MeasurementRecord).filter_by(kind="within_bin_means").all()
+            sums = [
+                unpack_column(r.values).astype(np.float64) / r.details["grid"] for r in releases
+            ]
+        database.dispose()
+
+    from app.services.within_bin_means import means_from
+
+    by_midpoints = float(counts @ ((lows + highs) / 2) / counts.sum())
+    by_means = [float(counts @ means_from(lows, highs, s, counts) / counts.sum()) for s in sums]
+    errors = [abs(v - truth) / abs(truth) for v in by_means]
+    result: dict[str, Any] = {
+        "bench": "numbers",
+        "commit": commit(),
+        "command": "bench/numbers.py " + " ".join(sys.argv[1:]),
+        "rows": args.rows,
+        "bins": DELAY_EDGES,
+        "truth": {"avg": round(truth, 4), "median": float(np.median(columns["dep_delay"]))},
+        "avg": {
+            "midpoints": round(by_midpoints, 4),
+            "midpoints_rel_error": round(abs(by_midpoints - truth) / abs(truth), 5),
+            "within_bin_means": [round(v, 4) for v in by_means],
+            "within_bin_means_rel_error_median": round(statistics.median(errors), 5),
+            "within_bin_means_rel_error_max": round(max(errors), 5),
+        },
+        "median": None,
+        "median_note": "model quantiles are the quantiles work's; not on this branch",
+        "rho_within_bin_means": args.rho,
+        "rho_counts": args.rho_counts,
+        "releases": len(sums),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
