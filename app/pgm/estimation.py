@@ -82,6 +82,10 @@ class FitRecord:
     final_loss: float = float("nan")  # loss of the returned model's own marginals
     entropy_sweeps: int = 0  # proportional-fitting sweeps of the maximum-entropy step
     estimator: str = DEFAULT_ESTIMATOR  # "mle", "cgm-em" (whose iterations come last), "stein"
+    # the fit's own limits: it ran at most max_iterations, and `converged` says whether it
+    # met `tolerance` (its estimator's stopping rule) before that (0: not recorded)
+    max_iterations: int = 0
+    tolerance: float = 0.0
 
 
 def fit(
@@ -153,5 +157,7 @@ def fit(
         final_loss=problem.loss(total * final_p),
         entropy_sweeps=run.entropy_sweeps,
         estimator=estimator,
+        max_iterations=max_iterations,
+        tolerance=tolerance,
     )
     return model, record

@@ -2,9 +2,14 @@
 
 `FitProblem` lays every clique marginal of the tree end to end in one flat vector x
 (clique k at `offsets[k]`, row-major over the clique's attributes) and compiles the
-measurements into one sparse matrix M with M·x = every measured answer, so each
-estimator evaluates the loss and its gradient with two sparse products whatever the
-measurements are. It also carries the belief-propagation oracle of the tree
+measurements into one linear operator M with M·x = every measured answer (`answers`)
+and its transpose (`adjoint`), so each estimator evaluates the loss and its gradient
+the same way whatever the measurements are. The operator sums each measurement's
+clique over the axes it does not measure (a marginal measured twice is summed once);
+the sparse matrix of M, one nonzero for every cell of every measurement's clique, is
+built only for the estimators that factorise it (ADMM, CGM), which run on models of at
+most a few hundred thousand cells: on a model of 10⁷ cells it took 1.3 GB with its
+transpose. It also carries the belief-propagation oracle of the tree
 (`probabilities`: potentials θ ↦ clique marginals) and turns potentials back into a
 `GraphicalModel`.
 
@@ -17,11 +22,18 @@ becomes log(1e-300) ≈ −690.8 rather than −inf, so downstream inference nev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 
-from app.pgm.belief_propagation import LOG_ZERO, CalibrationPlan, to_clique_layout
+from app.pgm.belief_propagation import (
+    LOG_ZERO,
+    CalibrationPlan,
+    broadcast_shape,
+    to_clique_layout,
+)
 from app.pgm.junction_tree import JunctionTree
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
@@ -67,6 +79,24 @@ def potentials_from_marginals(
     return thetas
 
 
+@dataclass(frozen=True)
+class Term:
+    """One measurement against the tree: its rows start:stop of M are the sum of clique
+    `clique` over `axes`, transposed by `order` into the measurement's attribute order
+    (`shape`), then `query` (None: the identity). `back` and `into` undo the transpose
+    and lay the marginal out to broadcast into the clique."""
+
+    clique: int
+    axes: tuple[int, ...]
+    order: tuple[int, ...]
+    back: tuple[int, ...]
+    shape: tuple[int, ...]
+    into: tuple[int, ...]
+    query: sp.csr_matrix | None
+    start: int
+    stop: int
+
+
 class FitProblem:
     """Measurements compiled against one junction tree: x (all clique cells) ↦ answers."""
 
@@ -82,25 +112,31 @@ class FitProblem:
         self.sizes = [int(np.prod(s)) for s in self.shapes]
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         self.n = int(self.offsets[-1])
-        blocks, values, weights, gaussian = [], [], [], []
+        values, weights, gaussian = [], [], []
         # Lipschitz constant of the Gaussian part of ∇loss in counts, from ‖·‖₁ to ‖·‖∞:
         # Σ w·(largest squared column norm of Q) — used by dual averaging's step.
         self.lipschitz_unit = 0.0
+        self.terms: list[Term] = []
+        rows = 0
         for m in measurements:
             k = tree.clique_containing(m.attributes)
             clique = tree.cliques[k]
-            coords = np.indices(self.shapes[k]).reshape(len(clique), -1)
-            target = np.ravel_multi_index(
-                [coords[clique.index(a)] for a in m.attributes], domain.shape(m.attributes)
-            )
-            cells = domain.cells(m.attributes)
-            marg = sp.csr_matrix(
-                (np.ones(self.sizes[k]), (target, self.offsets[k] + np.arange(self.sizes[k]))),
-                shape=(cells, self.n),
-            )
+            kept = tuple(a for a in clique if a in set(m.attributes))
             q = None if m.query is None else sp.csr_matrix(m.query, dtype=float)
-            block = marg if q is None else (q @ marg).tocsr()
-            blocks.append(block)
+            self.terms.append(
+                Term(
+                    clique=k,
+                    axes=tuple(i for i, a in enumerate(clique) if a not in set(m.attributes)),
+                    order=tuple(kept.index(a) for a in m.attributes),
+                    back=tuple(m.attributes.index(a) for a in kept),
+                    shape=domain.shape(m.attributes),
+                    into=broadcast_shape(domain, kept, clique),
+                    query=q,
+                    start=rows,
+                    stop=rows + m.values.size,
+                )
+            )
+            rows += m.values.size
             values.append(m.values)
             weights.append(np.full(m.values.size, m.weight))
             gaussian.append(np.full(m.values.size, m.noise == "gaussian"))
@@ -109,6 +145,7 @@ class FitProblem:
                     1.0 if q is None else float(np.max(np.asarray(q.multiply(q).sum(axis=0))))
                 )
                 self.lipschitz_unit += m.weight * column_norm2
+        self.rows = rows
         # Maximal measured sets, each as (holding clique, that clique's axes to sum out).
         sets = [domain.canonical(m.attributes) for m in measurements]
         maximal = {s for s in sets if not any(set(s) < set(o) for o in sets)}
@@ -117,29 +154,84 @@ class FitProblem:
             k = tree.clique_containing(s)
             axes = tuple(i for i, a in enumerate(tree.cliques[k]) if a not in s)
             self.measured_sets.append((k, axes))
-        self.M = sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, self.n))
-        self.MT = self.M.T.tocsr()
         self.y = np.concatenate(values) if values else np.zeros(0)
         self.w = np.concatenate(weights) if weights else np.zeros(0)
         self.is_gaussian = np.concatenate(gaussian) if gaussian else np.zeros(0, bool)
         self.all_gaussian = bool(self.is_gaussian.all())
         self.any_gaussian = bool(self.is_gaussian.any())
 
+    # --- the measurement operator -----------------------------------------------------
+    def answers(self, x: np.ndarray) -> np.ndarray:
+        """M·x: every measured answer of the clique cells x, by summing each clique out
+        (a marginal measured more than once is summed once)."""
+        out = np.empty(self.rows)
+        done: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        for term in self.terms:
+            key = (term.clique, term.axes)
+            marginal = done.get(key)
+            if marginal is None:
+                block = x[self.offsets[term.clique] : self.offsets[term.clique + 1]]
+                marginal = block.reshape(self.shapes[term.clique]).sum(axis=term.axes)
+                done[key] = marginal
+            flat = np.transpose(marginal, term.order).ravel()
+            out[term.start : term.stop] = flat if term.query is None else term.query @ flat
+        return out
+
+    def adjoint(self, g: np.ndarray) -> np.ndarray:
+        """Mᵀ·g: each answer's weight spread back over the clique cells it sums (the
+        terms of one marginal are added before they are spread)."""
+        spread: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
+        for term in self.terms:
+            part = g[term.start : term.stop]
+            if term.query is not None:
+                part = term.query.T @ part
+            into = np.transpose(part.reshape(term.shape), term.back).reshape(term.into)
+            key = (term.clique, term.axes)
+            spread[key] = into if key not in spread else spread[key] + into
+        out = np.zeros(self.n)
+        views = self.split(out)
+        for (k, _), into in spread.items():
+            views[k] += into
+        return out
+
+    @cached_property
+    def M(self) -> sp.csr_matrix:
+        """M as a sparse matrix (answers × clique cells), built on first use: ADMM's KKT
+        system and CGM need it. It holds a nonzero for every cell of every measurement's
+        clique, which on a model of millions of cells is gigabytes, so the loss and its
+        gradient never build it (`answers`, `adjoint`)."""
+        blocks = []
+        for term in self.terms:
+            k = term.clique
+            coords = np.indices(self.shapes[k]).reshape(len(self.shapes[k]), -1)
+            kept = [i for i in range(len(self.shapes[k])) if i not in term.axes]
+            target = np.ravel_multi_index([coords[kept[i]] for i in term.order], term.shape)
+            marg = sp.csr_matrix(
+                (np.ones(self.sizes[k]), (target, self.offsets[k] + np.arange(self.sizes[k]))),
+                shape=(int(np.prod(term.shape)), self.n),
+            )
+            blocks.append(marg if term.query is None else (term.query @ marg).tocsr())
+        return sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, self.n))
+
+    @cached_property
+    def MT(self) -> sp.csr_matrix:
+        return self.M.T.tocsr()
+
     # --- objective -----------------------------------------------------------------
     def loss(self, x: np.ndarray) -> float:
-        r = self.M @ x - self.y
+        r = self.answers(x) - self.y
         if self.all_gaussian:
             return 0.5 * dot(self.w, r * r)
         return dot(self.w, np.where(self.is_gaussian, 0.5 * r * r, np.abs(r)))
 
     def loss_and_gradient(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        r = self.M @ x - self.y
+        r = self.answers(x) - self.y
         if self.all_gaussian:
             g = self.w * r
-            return 0.5 * dot(g, r), self.MT @ g
+            return 0.5 * dot(g, r), self.adjoint(g)
         g = self.w * np.where(self.is_gaussian, r, np.sign(r))
         value = dot(self.w, np.where(self.is_gaussian, 0.5 * r * r, np.abs(r)))
-        return value, self.MT @ g
+        return value, self.adjoint(g)
 
     # --- layouts -------------------------------------------------------------------
     def split(self, flat: np.ndarray) -> list[np.ndarray]:

@@ -15,9 +15,9 @@ The ETA (`eta_seconds`) is estimated from this job's own timings, in this proces
   yet used divided by the last such round's ρ (AIM anneals, so its rounds get dearer
   and fewer; MWEM's all cost the same);
 - plus the final fit: the model's cells × the iterations it will run × the seconds a
-  cell-iteration took in this run's last fit with the same solver (mirror descent runs
-  its cap at the final fit's tolerance; ADMM converges in about as many iterations as
-  its last fit between rounds);
+  cell-iteration took in this run's last fit with the same solver (mirror descent: at
+  most its plan's cap, which follows from the model's cells; ADMM converges in about
+  as many iterations as its last fit between rounds);
 - during the final fit: its iterations left × its own seconds an iteration so far;
   left to its cap for mirror descent, and for ADMM to as many as the run's last ADMM
   fit took or, once past that, as many again as it has run.
@@ -75,7 +75,8 @@ class RunTimes:
     """The timings of one run in this process, for its ETA (display only)."""
 
     final_solver: str | None
-    final_iterations: int
+    # the final fit's iteration cap: fixed, or by the model's cells (its plan)
+    final_iterations: int | Callable[[int], int]
     round_seconds: list[float] = field(default_factory=list)
     last_round_rho: float | None = None
     # solver -> (seconds a cell-iteration took, iterations) of its last fit
@@ -98,10 +99,14 @@ class RunTimes:
         if timed is None:
             return None
         rate, last_iterations = timed
-        iterations = self.final_iterations
+        iterations = self.final_iteration_cap(self.model_cells)
         if solver == "admm":  # to convergence, about as long as its last fit
             iterations = min(iterations, last_iterations)
         return rate * self.model_cells * iterations
+
+    def final_iteration_cap(self, cells: int) -> int:
+        cap = self.final_iterations
+        return cap(cells) if callable(cap) else cap
 
     def rounds_seconds(self, rho_left: float) -> float | None:
         """The rounds left's expected seconds (None: no round timed yet)."""
@@ -132,7 +137,7 @@ class MechanismProgress:
         *,
         rho_total: float,
         final_fit_solver: str | None,
-        final_fit_iterations: int,
+        final_fit_iterations: int | Callable[[int], int],
         min_interval: float = MIN_REPORT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

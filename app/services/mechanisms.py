@@ -61,6 +61,7 @@ from app.privacy.mechanisms import (
     run_mwem,
 )
 from app.privacy.mechanisms.aim import PAPER_SCHEDULE
+from app.privacy.mechanisms.fitting import final_fit_plan
 from app.services import datasets as dataset_service
 from app.services import (
     fits,
@@ -339,7 +340,8 @@ def run_job(worker: JobRunner, job: Job) -> dict[str, Any]:
     reports = job_progress.MechanismProgress(
         rho_total=units_to_rho(params["rho_units"]),
         final_fit_solver=options.final_fit_solver,
-        final_fit_iterations=options.final_fit_iterations,
+        # the final fit's cap follows from the model's cells (`final_fit_plan`)
+        final_fit_iterations=lambda cells: final_fit_plan(cells, options).max_iterations,
     )
 
     def on_progress(progress: Progress) -> None:

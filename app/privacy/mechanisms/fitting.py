@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.pgm.domain import Domain
-from app.pgm.estimation import FitRecord, fit
+from app.pgm.estimation import ADMM_MAX_CELLS, FitRecord, fit
 from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.pgm.model import GraphicalModel
@@ -86,6 +86,27 @@ class FitPlan:
     tolerance: float
 
 
+def final_fit_plan(cells: int, options: MechanismOptions) -> FitPlan:
+    """The plan of the run's last fit on a model of `cells` cells.
+
+    ADMM (the "auto" solver up to `ADMM_MAX_CELLS` cells, or named) runs to
+    `fit_tolerance` within `final_fit_iterations`. Mirror descent, warm-started from the
+    last between-round model, runs at most `final_fit_work` cells × iterations (at least
+    `final_min_iterations`, at most `final_fit_iterations`) and stops once the loss
+    changes by less than `final_fit_tolerance` of itself in an iteration: a model of
+    2.4·10⁶ cells gets 166 iterations, one of 10⁷ cells 40. From the cells and the
+    options only, so the same on a quiet or a busy machine."""
+    solver = options.final_fit_solver
+    named = solver if solver is not None else "auto"
+    if named == "auto":
+        named = "admm" if cells <= ADMM_MAX_CELLS else "mirror_descent"
+    if named != "mirror_descent":
+        return FitPlan(solver, options.final_fit_iterations, options.fit_tolerance)
+    by_work = options.final_fit_work // max(cells, 1)
+    iterations = max(options.final_min_iterations, min(options.final_fit_iterations, by_work))
+    return FitPlan(solver, iterations, options.final_fit_tolerance)
+
+
 def fit_plan(
     domain: Domain,
     attribute_sets: Sequence[Attrs],
@@ -100,15 +121,13 @@ def fit_plan(
     than `round_admm_max_work`: `keeps_admm`), else mirror descent of at most
     `round_fit_work` cells × iterations (at least `round_min_iterations`) stopped early
     at `round_fit_tolerance`. ADMM between rounds runs to the final fit's tolerance (it
-    converges in a few hundred cheap iterations). The final fit runs `final_fit_solver`
-    for at most `final_fit_iterations` to `fit_tolerance`. Public sizes and counts only."""
+    converges in a few hundred cheap iterations). The final fit: `final_fit_plan`.
+    Public sizes and counts only."""
+    cells = model_cells(domain, attribute_sets)
     if final:
-        return FitPlan(
-            options.final_fit_solver, options.final_fit_iterations, options.fit_tolerance
-        )
+        return final_fit_plan(cells, options)
     solver = options.fit_solver
     iterations = options.fit_iterations
-    cells = model_cells(domain, attribute_sets)
     if solver == "auto":
         small = cells <= options.round_admm_max_cells
         solver = "admm" if admm and small else "mirror_descent"

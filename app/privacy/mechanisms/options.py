@@ -83,8 +83,17 @@ class MechanismOptions:
     # bench tables it leaves ADMM where a 2 s rule on a quiet machine did (docs/mechanisms.md).
     round_admm_max_work: int = 6_000_000
     final_fit_solver: str | None = None  # None: app.pgm's default
+    # The final fit (`fitting.final_fit_plan`): ADMM (up to 200k cells) to
+    # `fit_tolerance` within `final_fit_iterations`; above, mirror descent warm-started
+    # from the last between-round model, of at most `final_fit_work` cells × iterations
+    # (at least `final_min_iterations`, at most `final_fit_iterations`), stopped once the
+    # loss changes by less than `final_fit_tolerance` of itself (docs/mechanisms.md has
+    # the figures behind these values). A count, not a time: the same on any machine.
     final_fit_iterations: int = 500
-    fit_tolerance: float = 1e-7  # of the final fit
+    final_fit_work: int = 400_000_000
+    final_min_iterations: int = 25
+    final_fit_tolerance: float = 1e-6
+    fit_tolerance: float = 1e-7  # of ADMM fits (final, and between rounds)
     round_fit_tolerance: float = 1e-4  # of mirror-descent fits between rounds
     # Called after every iteration of every fit (a fit reads no records and spends
     # nothing, so it may stop there: a worker asked to stop raises out of it).
@@ -123,3 +132,9 @@ class MechanismOptions:
             raise ValueError("round_fit_work and round_min_iterations must be positive")
         if self.round_admm_max_work < 1:
             raise ValueError("round_admm_max_work must be positive")
+        if self.final_fit_iterations < 1 or self.final_fit_work < 1:
+            raise ValueError("final_fit_iterations and final_fit_work must be positive")
+        if self.final_min_iterations < 1:
+            raise ValueError("final_min_iterations must be positive")
+        if not (math.isfinite(self.final_fit_tolerance) and self.final_fit_tolerance >= 0.0):
+            raise ValueError("final_fit_tolerance must be a finite number of at least 0")
