@@ -53,7 +53,7 @@ def csv_fractions(
     by_name = {a.name: a for a in schema.attributes}
     values: dict[str, list[float]] = {name: [] for name in names}
     with csv_records(stream, max_bytes) as reader:
-        positions = read_header(reader, schema, unit_column)
+        positions, _fields = read_header(reader, schema, unit_column)
         index = {a.name: positions[i] for i, a in enumerate(schema.attributes)}
         wanted = [(values[name].append, index[name]) for name in names]
         for row in reader:
