@@ -5,6 +5,7 @@ get a round integer width), skewed columns binned at round quantiles; and
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 from pathlib import Path
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.cli import main
+from app.ingest import encode_upload
 from app.privacy import quantiles
 from app.schema import parse_schema
 from app.schema.drafting import SKEW_SHARE, draft_schema
@@ -42,6 +44,13 @@ def frame() -> pa.Table:
     )
 
 
+def parquet_bytes(table: pa.Table) -> io.BytesIO:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    buffer.seek(0)
+    return buffer
+
+
 def by_name(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["name"]: a for a in schema["attributes"]}
 
@@ -61,7 +70,11 @@ def test_constant_and_id_like_columns_are_left_out_with_a_note_each() -> None:
 
 
 def test_whole_numbers_are_integer_attributes() -> None:
-    attributes = by_name(draft_schema(frame()).schema)
+    table = frame()
+    draft = draft_schema(table)
+    attributes = by_name(draft.schema)
+    # The draft fits its own file, left-out columns and all.
+    assert encode_upload(parquet_bytes(table), parse_schema(draft.schema)).rows == N
     assert attributes["month"] == {
         "name": "month",
         "type": "integer",
@@ -152,9 +165,11 @@ def test_private_bins_call_opendp_with_the_split_rho(monkeypatch: pytest.MonkeyP
     assert draft.schema["private_bins"] == {"rho": rho, "attributes": ["month", "wage"]}
     attributes = by_name(draft.schema)
     assert attributes["wage"]["clip"] is True and attributes["month"]["clip"] is True
-    parsed = parse_schema(draft.schema | {"attributes": [attributes["wage"]]})
+    parsed = parse_schema(draft.schema)
     assert parsed.private_bins is not None and parsed.private_bins.rho == rho
     assert parsed.to_json()["private_bins"] == draft.schema["private_bins"]
+    # The table uploads under its private draft: values past the private range clip.
+    assert encode_upload(parquet_bytes(table), parsed).rows == N
 
 
 def test_with_a_huge_rho_the_edges_are_the_quantiles() -> None:
