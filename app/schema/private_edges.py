@@ -6,12 +6,17 @@ private rather than read off the data.
 Budget: RHO (zCDP) is split equally over the columns drafted from numbers, and each
 column's share equally over its `bins + 3` quantile releases (composition adds ρ):
 
-1. the range on a fixed public grid of round numbers (0, ±1, 2, 5 × 10^k; whole
-   numbers: integers only): the `RANGE_ALPHA` and 1 − `RANGE_ALPHA` quantiles, each
-   then widened by one grid point;
-2. the range again on a fine grid of about `FINE_POINTS` round steps inside it: the
-   attribute's lowest and highest edge;
-3. the `bins − 1` inner edges, the i/bins quantiles on the fine grid.
+1. the quartiles, on a fixed public grid of two-digit numbers (0 and ±1.0 … 9.9 ×
+   10^k; whole numbers: integers only) — quartiles lie inside the data, so the grid
+   points far beyond it, whose rank scores tie, do not draw them away;
+2. the `RANGE_ALPHA` and 1 − `RANGE_ALPHA` quantiles, the attribute's lowest and
+   highest edge, on a fine grid of about `FINE_POINTS` round steps over the quartiles
+   widened by `SPREADS` interquartile spreads each way (where the ties beyond the
+   data are confined);
+3. the `bins − 1` inner edges, the i/bins quantiles on the fine grid between them.
+
+No candidate is read off the data: the grids are fixed, or placed by earlier private
+releases (post-processing).
 
 A whole-number column whose private range holds at most `MAX_INTEGER_CODES` integers
 becomes an integer attribute with one code per value and skips step 3 (its share of
@@ -82,13 +87,13 @@ def _fine_grid(low: float, high: float, *, whole: bool) -> list[float]:
 
 @dataclass
 class PrivateEdges:
-    """Draws the private edges of the columns of one draft, and counts what they spend."""
+    """Draws the private edges of the columns of one draft (`columns` of them, each
+    with about `bins` bins), spending at most `rho` in all."""
 
     rho: float
     columns: int
     bins: int
     unit_rows: int = 1
-    spent: float = 0.0
     attributes: list[str] = field(default_factory=list)
 
     @property
@@ -97,9 +102,7 @@ class PrivateEdges:
 
     def _quantile(self, values: np.ndarray, candidates: list[float], alpha: float) -> float:
         rho = self.rho_per_release
-        released = quantiles.private_quantile(values, candidates, alpha, rho, self.unit_rows)
-        self.spent += rho
-        return released
+        return quantiles.private_quantile(values, candidates, alpha, rho, self.unit_rows)
 
     def _range(self, values: np.ndarray, *, whole: bool) -> tuple[float, float, list[float]]:
         """The private range [low, high] and the fine grid it lies on (module docstring)."""
