@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -156,11 +157,10 @@ def test_private_bins_call_opendp_with_the_split_rho(monkeypatch: pytest.MonkeyP
     bins, rho = 6, 0.5
     draft = draft_schema(table, bins=bins, private_bins=rho)
     share = rho / 2 / (bins + RANGE_RELEASES - 1)  # two columns drafted from numbers
-    assert calls and all(call_rho == share for _, _, call_rho in calls)
-    assert sum(call_rho for _, _, call_rho in calls) <= rho
-    # month: quartiles on the public grid, then its range (one code per value); wage:
-    # the same and its five inner edges.
-    assert len(calls) == RANGE_RELEASES + RANGE_RELEASES + bins - 1
+    assert calls and all(call_rho == pytest.approx(share, rel=1e-12) for *_, call_rho in calls)
+    assert sum(Fraction(call_rho) for *_, call_rho in calls) <= rho  # exactly
+    # Each column: quartiles on the public grid, five inner edges, the range.
+    assert len(calls) == 2 * (RANGE_RELEASES + bins - 1)
     assert calls[0][0] == len(coarse_grid(whole=True))
     assert draft.schema["private_bins"] == {"rho": rho, "attributes": ["month", "wage"]}
     attributes = by_name(draft.schema)
