@@ -224,6 +224,11 @@ def test_the_cli_drafts_private_bins_and_refuses_a_bad_rho(
             main(["schema", "draft", str(path), "--private-bins", bad])
         assert exit_info.value.code == 2
         assert "--private-bins" in capsys.readouterr().err
+    # k rows per unit needs the unit's column; an unknown unit column is named.
+    assert main(["schema", "draft", str(path), "--private-bins", "1", "--max-rows", "2"]) == 1
+    assert "max_rows needs the privacy unit's column" in capsys.readouterr().err
+    assert main(["schema", "draft", str(path), "--unit", "person"]) == 1
+    assert "'person' is not in the file" in capsys.readouterr().err
     # Without the option nothing is private.
     assert main(["schema", "draft", str(path)]) == 0
     assert "private_bins" not in json.loads(capsys.readouterr().out)
