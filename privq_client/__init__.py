@@ -19,7 +19,7 @@ needs none of pandas.
 from privq_client.admin import AdminClient
 from privq_client.base import BaseClient
 from privq_client.client import Client
-from privq_client.drafting import SchemaDraftWarning, draft_schema
+from privq_client.drafting import DraftedSchema, SchemaDraftWarning, draft_schema
 from privq_client.errors import ApiError, JobFailed, JobTimeout, PrivqClientError, TransportError
 from privq_client.jobs import Job
 from privq_client.unmeasured import UnmeasuredAttributesWarning
@@ -29,6 +29,7 @@ __all__ = [
     "ApiError",
     "BaseClient",
     "Client",
+    "DraftedSchema",
     "Job",
     "JobFailed",
     "JobTimeout",

@@ -139,6 +139,8 @@ def draft_schema(
         raise ValueError("bins must be at least 1")
     if max_rows < 1:
         raise ValueError("max_rows must be at least 1")
+    if max_rows != 1 and unit is None:
+        raise ValueError("max_rows needs the privacy unit's column (unit)")
     if private_bins is not None and not (0 < private_bins < float("inf")):
         raise ValueError("private_bins must be a positive number")
     if unit is not None:

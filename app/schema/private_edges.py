@@ -6,16 +6,23 @@ private rather than read off the data.
 Budget: RHO (zCDP) is split equally over the columns drafted from numbers, and each
 column's share equally over its `bins + 3` quantile releases (composition adds ρ):
 
-1. the range on a fixed public grid of round numbers (0, ±1, 2, 5 × 10^k; whole
-   numbers: integers only): the `RANGE_ALPHA` and 1 − `RANGE_ALPHA` quantiles, each
-   then widened by one grid point;
-2. the range again on a fine grid of about `FINE_POINTS` round steps inside it: the
-   attribute's lowest and highest edge;
-3. the `bins − 1` inner edges, the i/bins quantiles on the fine grid.
+1. the quartiles, on a fixed public grid of two-digit numbers (0 and ±1.0 … 9.9 ×
+   10^k; whole numbers: integers only) — quartiles lie inside the data, so the grid
+   points far beyond it, whose rank scores all tie, do not draw them away;
+2. the `bins − 1` inner edges, the i/bins quantiles, on a fine grid of about
+   `FINE_POINTS` round steps over the quartiles widened by `SPREADS` interquartile
+   spreads each way;
+3. the lowest and highest edge, the `RANGE_ALPHA` and 1 − `RANGE_ALPHA` quantiles,
+   sought within `EXTEND` times the gap between the two lowest (highest) inner edges
+   below (above) the lowest (highest) one. Candidates beyond the data tie (no row
+   lies below any of them), so keeping them few keeps the range close to the data.
+
+No candidate is read off the data: the grids are fixed, or placed by earlier private
+releases (post-processing).
 
 A whole-number column whose private range holds at most `MAX_INTEGER_CODES` integers
-becomes an integer attribute with one code per value and skips step 3 (its share of
-step 3 is not spent; the schema still records RHO, an upper bound). The other columns
+becomes an integer attribute with one code per value (its inner edges placed the
+range, and are not used otherwise). The other columns
 are numeric with round edges at the released quantiles (whole-number edges for whole
 numbers). Every private attribute has ``"clip": true``: the few values beyond the
 private range count in the first or last bin instead of refusing the upload.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -41,14 +49,17 @@ RANGE_ALPHA = 0.01
 FINE_POINTS = 1000
 # The fine grid reaches at most this many (coarse) interquartile spreads beyond the
 # quartiles.
-SPREADS = 2
+SPREADS = 4
 # Whole numbers spanning at most this many integers get one code per value (the hours
 # of a day, the days of a month).
 MAX_INTEGER_CODES = 32
 _COARSE_POWERS = range(-3, 13)
-# Releases that place a column's range: the quartiles on the coarse grid, the range
-# on the fine one.
+# Releases that place a column's range: the quartiles on the coarse grid, then its
+# lowest and highest edge.
 RANGE_RELEASES = 4
+# The lowest (highest) edge is sought within this many gaps between the two lowest
+# (highest) inner edges below (above) the lowest (highest) one.
+EXTEND = 3
 
 
 def coarse_grid(*, whole: bool) -> list[float]:
@@ -82,39 +93,47 @@ def _fine_grid(low: float, high: float, *, whole: bool) -> list[float]:
 
 @dataclass
 class PrivateEdges:
-    """Draws the private edges of the columns of one draft, and counts what they spend."""
+    """Draws the private edges of the columns of one draft (`columns` of them, each
+    with about `bins` bins), spending at most `rho` in all."""
 
     rho: float
     columns: int
     bins: int
     unit_rows: int = 1
-    spent: float = 0.0
     attributes: list[str] = field(default_factory=list)
 
     @property
     def rho_per_release(self) -> float:
-        return self.rho / max(self.columns, 1) / (self.bins + RANGE_RELEASES - 1)
+        """RHO over every release of the draft, rounded down so that the releases'
+        exact sum stays within RHO."""
+        releases = max(self.columns, 1) * (self.bins + RANGE_RELEASES - 1)
+        share = float(Fraction(self.rho) / releases)
+        while Fraction(share) * releases > Fraction(self.rho):
+            share = math.nextafter(share, 0.0)
+        return share
 
     def _quantile(self, values: np.ndarray, candidates: list[float], alpha: float) -> float:
         rho = self.rho_per_release
-        released = quantiles.private_quantile(values, candidates, alpha, rho, self.unit_rows)
-        self.spent += rho
-        return released
-
-    def _range(self, values: np.ndarray, *, whole: bool) -> tuple[float, float, list[float]]:
-        """The private range [low, high] and the fine grid it lies on (module docstring)."""
-        grid = coarse_grid(whole=whole)
-        q25, q75 = sorted(self._quantile(values, grid, alpha) for alpha in (0.25, 0.75))
-        spread = q75 - q25 + _grid_step(grid, q75)
-        fine = _fine_grid(q25 - SPREADS * spread, q75 + SPREADS * spread, whole=whole)
-        low = self._quantile(values, fine, RANGE_ALPHA)
-        high = self._quantile(values, fine, 1 - RANGE_ALPHA)
-        return min(low, high), max(low, high), fine
+        return quantiles.private_quantile(values, candidates, alpha, rho, self.unit_rows)
 
     def attribute(self, name: str, values: np.ndarray, *, whole: bool) -> dict[str, Any]:
         """The attribute of one column drafted from numbers, with private edges."""
         self.attributes.append(name)
-        low, high, fine = self._range(values, whole=whole)
+        grid = coarse_grid(whole=whole)
+        q25, q75 = sorted(self._quantile(values, grid, alpha) for alpha in (0.25, 0.75))
+        spread = q75 - q25 + _grid_step(grid, q75)
+        fine = _fine_grid(q25 - SPREADS * spread, q75 + SPREADS * spread, whole=whole)
+        inner = sorted(self._quantile(values, fine, i / self.bins) for i in range(1, self.bins))
+        anchors = inner if len(inner) >= 2 else [q25, q75]
+        step = fine[1] - fine[0]
+        below = max(anchors[1] - anchors[0], step) * EXTEND
+        above = max(anchors[-1] - anchors[-2], step) * EXTEND
+        low = self._quantile(
+            values, _fine_grid(anchors[0] - below, anchors[0], whole=whole), RANGE_ALPHA
+        )
+        high = self._quantile(
+            values, _fine_grid(anchors[-1], anchors[-1] + above, whole=whole), 1 - RANGE_ALPHA
+        )
         if whole and high - low + 1 <= MAX_INTEGER_CODES:
             return {
                 "name": name,
@@ -123,15 +142,9 @@ class PrivateEdges:
                 "max": int(high),
                 "clip": True,
             }
-        inner = [c for c in fine if low < c < high]
-        released = (
-            [self._quantile(values, inner, i / self.bins) for i in range(1, self.bins)]
-            if inner
-            else []
-        )
         if high <= low:
-            high = low + (fine[1] - fine[0] if len(fine) > 1 else 1.0)
-        edges = quantile_edges(low, high, released, whole=whole)
+            high = low + step
+        edges = quantile_edges(low, high, inner, whole=whole)
         return {"name": name, "type": "numeric", "bins": edges, "clip": True}
 
     def record(self) -> dict[str, Any]:

@@ -90,12 +90,14 @@ def test_help_answers_fast(args: tuple[str, ...], tmp_path: Path) -> None:
 
 
 def test_the_parsers_copies_of_constants_agree() -> None:
+    from app.limits import MAX_RHO
     from app.pgm.estimation import ESTIMATOR_NAMES
     from app.schema import drafting
 
     assert dataset_commands.ESTIMATOR_CHOICES == ESTIMATOR_NAMES
     assert schema_commands.DEFAULT_BINS == drafting.DEFAULT_BINS
     assert schema_commands.DEFAULT_MAX_CATEGORIES == drafting.DEFAULT_MAX_CATEGORIES
+    assert schema_commands.MAX_PRIVATE_BINS_RHO == MAX_RHO
 
 
 @pytest.mark.parametrize(

@@ -121,11 +121,17 @@ def test_where_null_and_moments(analyst: Client, fitted: str) -> None:
     assert 30 < mean < 80
 
 
-def test_synthetic_records_have_missing_values(analyst: Client, fitted: str) -> None:
+def test_synthetic_records_have_missing_values(
+    analyst: Client, fitted: str, schema: dict[str, Any]
+) -> None:
     synthetic = analyst.synthetic(fitted, rows=800, seed=3)
     assert len(synthetic) == 800
     assert synthetic["income"].isna().any() and synthetic["smoker"].isna().any()
     assert set(synthetic["smoker"].dropna()) <= {"no", "yes"}
     ages = synthetic["age"].dropna()
-    assert ages.between(10, 90).all()
+    # Whole-number ages are a drafted integer attribute: synthetic ages are integers
+    # within its range.
+    age = next(a for a in schema["attributes"] if a["name"] == "age")
+    assert age["type"] == "integer"
+    assert ages.between(age["min"], age["max"]).all() and (ages == ages.round()).all()
     assert np.isfinite(synthetic["children"].dropna()).all()

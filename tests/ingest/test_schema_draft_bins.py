@@ -5,8 +5,10 @@ get a round integer width), skewed columns binned at round quantiles; and
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.cli import main
+from app.ingest import encode_upload
 from app.privacy import quantiles
 from app.schema import parse_schema
 from app.schema.drafting import SKEW_SHARE, draft_schema
@@ -42,6 +45,13 @@ def frame() -> pa.Table:
     )
 
 
+def parquet_bytes(table: pa.Table) -> io.BytesIO:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    buffer.seek(0)
+    return buffer
+
+
 def by_name(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {a["name"]: a for a in schema["attributes"]}
 
@@ -61,7 +71,11 @@ def test_constant_and_id_like_columns_are_left_out_with_a_note_each() -> None:
 
 
 def test_whole_numbers_are_integer_attributes() -> None:
-    attributes = by_name(draft_schema(frame()).schema)
+    table = frame()
+    draft = draft_schema(table)
+    attributes = by_name(draft.schema)
+    # The draft fits its own file, left-out columns and all.
+    assert encode_upload(parquet_bytes(table), parse_schema(draft.schema)).rows == N
     assert attributes["month"] == {
         "name": "month",
         "type": "integer",
@@ -143,18 +157,19 @@ def test_private_bins_call_opendp_with_the_split_rho(monkeypatch: pytest.MonkeyP
     bins, rho = 6, 0.5
     draft = draft_schema(table, bins=bins, private_bins=rho)
     share = rho / 2 / (bins + RANGE_RELEASES - 1)  # two columns drafted from numbers
-    assert calls and all(call_rho == share for _, _, call_rho in calls)
-    assert sum(call_rho for _, _, call_rho in calls) <= rho
-    # month: quartiles on the public grid, then its range (one code per value); wage:
-    # the same and its five inner edges.
-    assert len(calls) == RANGE_RELEASES + RANGE_RELEASES + bins - 1
+    assert calls and all(call_rho == pytest.approx(share, rel=1e-12) for *_, call_rho in calls)
+    assert sum(Fraction(call_rho) for *_, call_rho in calls) <= rho  # exactly
+    # Each column: quartiles on the public grid, five inner edges, the range.
+    assert len(calls) == 2 * (RANGE_RELEASES + bins - 1)
     assert calls[0][0] == len(coarse_grid(whole=True))
     assert draft.schema["private_bins"] == {"rho": rho, "attributes": ["month", "wage"]}
     attributes = by_name(draft.schema)
     assert attributes["wage"]["clip"] is True and attributes["month"]["clip"] is True
-    parsed = parse_schema(draft.schema | {"attributes": [attributes["wage"]]})
+    parsed = parse_schema(draft.schema)
     assert parsed.private_bins is not None and parsed.private_bins.rho == rho
     assert parsed.to_json()["private_bins"] == draft.schema["private_bins"]
+    # The table uploads under its private draft: values past the private range clip.
+    assert encode_upload(parquet_bytes(table), parsed).rows == N
 
 
 def test_with_a_huge_rho_the_edges_are_the_quantiles() -> None:
@@ -209,6 +224,11 @@ def test_the_cli_drafts_private_bins_and_refuses_a_bad_rho(
             main(["schema", "draft", str(path), "--private-bins", bad])
         assert exit_info.value.code == 2
         assert "--private-bins" in capsys.readouterr().err
+    # k rows per unit needs the unit's column; an unknown unit column is named.
+    assert main(["schema", "draft", str(path), "--private-bins", "1", "--max-rows", "2"]) == 1
+    assert "max_rows needs the privacy unit's column" in capsys.readouterr().err
+    assert main(["schema", "draft", str(path), "--unit", "person"]) == 1
+    assert "'person' is not in the file" in capsys.readouterr().err
     # Without the option nothing is private.
     assert main(["schema", "draft", str(path)]) == 0
     assert "private_bins" not in json.loads(capsys.readouterr().out)
