@@ -283,6 +283,10 @@ def test_where_takes_edges_as_edges(client, world) -> None:  # type: ignore[no-u
     morning = get(client, world, "/count", where="hhmm:..1200")["count"]
     also = get(client, world, "/count", where="hhmm:..=1199")["count"]
     assert morning == pytest.approx(also)
+    labelled = get(client, world, "/count", where="hhmm:[0, 100),[1100, 1200),[1000,1100)")
+    sliced = get(client, world, "/count", where="hhmm:1000..1200")["count"]
+    first = get(client, world, "/count", where="hhmm:..100")["count"]
+    assert labelled["count"] == pytest.approx(sliced + first)
     cut = get(client, world, "/count", expect=422, where="hhmm:..1230")
     assert "cuts the bin [1200, 1300)" in cut["error"]["message"]
     days = get(client, world, "/count", where="day:10..=20")["count"]
