@@ -10,6 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.ingest import IngestError, encode_csv, encode_parquet
 from app.ingest.arrow import encode_canonical
@@ -211,3 +213,32 @@ def test_far_out_integers_do_not_wrap_around() -> None:
     encoder = ColumnEncoder(Attribute.integer("x", min=-(2**40), max=2**40, width=2**22))
     values = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, -(2**40), 2**40])
     assert encoder.integer_codes(values).tolist() == [-1, -1, 0, 2**19]
+
+
+# -- properties ------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    low=st.integers(-1000, 1000),
+    span=st.integers(0, 400),
+    width=st.integers(1, 50),
+    data=st.data(),
+)
+def test_every_integer_lands_in_the_bin_that_holds_it(low, span, width, data) -> None:  # type: ignore[no-untyped-def]
+    attribute = Attribute.integer("x", min=low, max=low + span, width=width)
+    values = np.arange(low, low + span + 1, dtype=np.int64)
+    codes = ColumnEncoder(attribute).integer_codes(values.copy())
+    lows, highs, _ = attribute.intervals()
+    # Each value's code is the bin whose integers hold it, each bin holds at most `width`
+    # integers, and the bins tile min..max in order.
+    assert (lows[codes] <= values).all() and (values <= highs[codes]).all()
+    assert (highs - lows + 1 <= width).all() and lows[0] == low and highs[-1] == low + span
+    assert (np.diff(codes) >= 0).all() and codes[-1] == attribute.value_size - 1
+    # A range whose ends are bin edges selects exactly the codes of the values in it.
+    edges = attribute.integer_edges().tolist()
+    ge = data.draw(st.sampled_from(edges[:-1]))
+    lt = data.draw(st.sampled_from([e for e in edges if e > ge]))
+    inside = (values >= ge) & (values < lt)
+    assert attribute.codes_in_range(ge, lt).tolist() == np.unique(codes[inside]).tolist()
+    assert attribute.codes_in_range(ge, le=lt - 1).tolist() == np.unique(codes[inside]).tolist()
