@@ -15,7 +15,7 @@ privacy unit: ids gathered, at most k random rows per unit kept), `upload`
 
 What the file must look like (every refusal is an `IngestError` with an HTTP status):
 - UTF-8, with or without a byte-order mark; a header row naming every schema
-  attribute exactly once, in any order; no other columns (``bad_header``). Header
+  attribute exactly once, in any order (``bad_header``); other columns are not read. Header
   names are stripped of surrounding whitespace.
 - Every record has as many fields as the header (``bad_csv``, with its line number);
   RFC 4180 quoting; completely empty lines are skipped. A physical line may not be
@@ -23,9 +23,9 @@ What the file must look like (every refusal is an `IngestError` with an HTTP sta
 - Cells are stripped of surrounding whitespace, then: categorical — exactly one of
   the schema's values; numeric — a decimal number (also "1e3", "inf" when clipped;
   never "nan"; an empty cell only with "missing") in [e_0, e_k], or clamped into the
-  first/last bin when the attribute has ``clip``; integer — an integer in 0..size-1,
-  written "3" or, from float exports, "3.0" ("3.5" is refused), clamped when the
-  attribute has ``clip``.
+  first/last bin when the attribute has ``clip``; integer — an integer in the attribute's
+  min..max (its code: its bin of `width` integers), written "3" or, from float exports,
+  "3.0" ("3.5" is refused), clamped into min..max when the attribute has ``clip``.
   An attribute with ``"missing": true`` takes a cell that strips to one of its
   ``missing_values`` (default ``[""]``) as its missing code, the last.
   Anything else is ``value_out_of_schema``: the first offending column (leftmost in

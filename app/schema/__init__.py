@@ -6,8 +6,11 @@ The schema — not the data — fixes each attribute's codes (DESIGN.md, privacy
   [e_i, e_{i+1}), except the last bin [e_{k-1}, e_k], which is closed. With ``clip``,
   values below e_0 (or above e_k) are clamped to that edge, so they count in the
   first (or last) bin.
-- ``integer``: codes 0..size-1 written as integers in the CSV (the plain size-map
-  form ``{"age": 85}`` of API.md, as in ``adult-domain.json``).
+- ``integer``: whole numbers ``min``..``max`` (both held); code i is the integer
+  min + i, or with ``width`` w the bin [min + i·w, min + (i+1)·w), the last one closed
+  at max. Labels are the integers themselves (width 1) or bin labels. The size form
+  ``{"type": "integer", "size": n}`` and the plain size map ``{"age": 85}`` of API.md
+  (as in ``adult-domain.json``) mean min 0, max n-1.
 - Any kind with ``"missing": true``: one more code, the last, for "no value" (a CSV
   cell equal to one of ``missing_values``, default ``[""]``, or a Parquet null). Its
   label is None (JSON null); it lies in no range and has no midpoint.
@@ -21,10 +24,10 @@ Modules: `rules` (kinds, limits, `SchemaError`), `attribute` (`Attribute`), `dat
 names.
 
 Query helpers (`Attribute.encode_labels`, `Attribute.codes_in_range`) translate
-values given in the original terms into codes. A numeric range must not cut a bin:
-``ge`` and ``lt`` must each fall on a bin edge (or outside the edges), because the
-data inside a bin is not known to the model; the error names the edges, which are
-public.
+values given in the original terms into codes. A range must not cut a bin: ``ge``
+and ``lt`` must each fall on a bin edge (or outside the edges), and ``le`` on the top
+edge, which the closed last bin holds, because the data inside a bin is not known to
+the model; the error names the edges, which are public.
 """
 
 from app.schema.attribute import Attribute

@@ -221,6 +221,20 @@ class Attribute:
             return low, high, True
         raise SchemaError(f"attribute {self.name!r} is categorical: its codes have no interval")
 
+    def intervals(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`bin_interval` of every value code at once: (lows, highs, closed_highs), float
+        and bool arrays of `value_size` entries."""
+        if self.kind == "numeric":
+            edges = np.asarray(self.edges, dtype=np.float64)
+            closed = np.zeros(len(edges) - 1, dtype=bool)
+            closed[-1] = True
+            return edges[:-1], edges[1:], closed
+        if self.kind == "integer":
+            edges = self.integer_edges()
+            lows = edges[:-1].astype(np.float64)
+            return lows, (edges[1:] - 1).astype(np.float64), np.ones(len(lows), dtype=bool)
+        raise SchemaError(f"attribute {self.name!r} is categorical: its codes have no interval")
+
     def integer_bin(self, code: int) -> tuple[int, int]:
         """The integers (first, last, both included) integer code `code` holds."""
         low, high, width = self.integer_range
@@ -374,12 +388,8 @@ class Attribute:
             )
         lo = -math.inf if ge is None else float(ge)
         hi = math.inf if upper is None else float(upper)
-        lows, highs, closed_last = self._intervals()
-        if self.kind == "integer":  # code c holds the integers lows[c]..highs[c]
-            closed_highs = np.ones(len(lows), dtype=bool)
-        else:
-            closed_highs = np.zeros(len(lows), dtype=bool)
-            closed_highs[-1] = closed_last
+        # An integer code holds the integers lows[c]..highs[c] (closed_highs all True).
+        lows, highs, closed_highs = self.intervals()
         above = lows >= lo
         below = highs <= hi if closed else np.where(closed_highs, highs < hi, highs <= hi)
         none_above = np.where(closed_highs, highs < lo, highs <= lo)
@@ -390,14 +400,6 @@ class Attribute:
             bound_name = "ge" if not above[code] else upper_name
             raise self._cut_error(code, bound_name, lo if bound_name == "ge" else hi)
         return np.flatnonzero(above & below).astype(np.int64)
-
-    def _intervals(self) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Every value code's (low, high) as float arrays, and whether the last is closed."""
-        if self.kind == "numeric":
-            edges = np.asarray(self.edges, dtype=np.float64)
-            return edges[:-1], edges[1:], True
-        edges = self.integer_edges()
-        return edges[:-1].astype(np.float64), (edges[1:] - 1).astype(np.float64), True
 
     def _cut_error(self, code: int, bound_name: str, bound: float) -> SchemaError:
         label = self.value_labels()[code]

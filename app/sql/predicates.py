@@ -112,6 +112,12 @@ class AttributeCodes:
         return points, points
 
     @cached_property
+    def intervals(self) -> list[tuple[float, float, bool]]:
+        """Each value code's (low, high, closed_high), as `Attribute.bin_interval`."""
+        lows, highs, closed = self.attribute.intervals()
+        return list(zip(lows.tolist(), highs.tolist(), closed.tolist(), strict=True))
+
+    @cached_property
     def non_null(self) -> np.ndarray:
         present = np.zeros(self.size)
         present[: self.value_count] = 1.0
@@ -208,8 +214,7 @@ def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -
         return (true, values & ~true) if op == "=" else (values & ~true, true)
     number = _number(codes, value, at)
     true = false = 0
-    for code in range(codes.value_count):
-        low, high, closed = codes.attribute.bin_interval(code)
+    for code, (low, high, closed) in enumerate(codes.intervals):
         if codes.kind == "integer" and op in ("=", "<>"):
             holds: bool | None = _integers_equal(int(low), int(high), number)
             holds = holds if holds is None or op == "=" else not holds

@@ -194,6 +194,12 @@ def test_count_filters_and_factored_queries_are_built_as_the_service_reads_them(
         count_params({"city": ["Washington, DC"]})
     with pytest.raises(ValueError, match="'ge' and 'lt'"):
         count_params({"age": {"gt": 3}})
+    # le includes its end: the top edge of the closed last bin.
+    assert count_params({"wage": {"ge": 3000, "le": 6000}}) == ["wage:3000..=6000"]
+    assert count_params({"wage": {"le": 6000}}) == ["wage:..=6000"]
+    assert factored_query(where={"wage": {"le": 6000}}) == {"where": {"wage": {"le": 6000.0}}}
+    with pytest.raises(ValueError, match="'le'"):
+        count_params({"wage": {"lt": 5, "le": 6}})
     with pytest.raises(ValueError, match="no value"):
         count_params({"sex": []})
     assert factored_query(where={"age": {"ge": 30, "lt": None}}, by={"g": {"x": [1]}}) == {

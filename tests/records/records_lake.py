@@ -2,7 +2,8 @@
 
 A source is a folder of Parquet files under hive partition folders (`year=2023/`); its
 tables carry categorical strings (dictionary-encoded, some padded with spaces),
-numbers to bin (NaN and nulls among them), integers with nulls, a categorical read
+numbers to bin (NaN and nulls among them), integers with nulls, integers from a min
+(`day`) and in bins of a width (`clock`, read from floats), a categorical read
 from integers, a text unit id and a column the schema does not name.
 """
 
@@ -31,10 +32,19 @@ SCHEMA = parse_schema(
             {"name": "kids", "type": "integer", "size": 4, "missing": True},
             {"name": "band", "type": "categorical", "values": ["1", "2", "3"]},
             {"name": "year", "type": "categorical", "values": ["2023", "2024"]},
+            {"name": "day", "type": "integer", "min": 1, "max": 31},
+            {
+                "name": "clock",
+                "type": "integer",
+                "min": 0,
+                "max": 2359,
+                "width": 100,
+                "missing": True,
+            },
         ]
     }
 )
-FILE_COLUMNS = ["sex", "region", "age", "income", "kids", "band"]
+FILE_COLUMNS = ["sex", "region", "age", "income", "kids", "band", "day", "clock"]
 UNIT = "person_id"
 
 
@@ -51,6 +61,8 @@ def make_table(rng: np.random.Generator, rows: int, units: int = 200) -> pa.Tabl
     kids = rng.integers(0, 4, rows)
     kids_null = rng.random(rows) < 0.08
     ids = rng.integers(0, units, rows)
+    clock = (rng.integers(0, 24, rows) * 100 + rng.integers(0, 60, rows)).astype(float)
+    clock[:2] = [2359.0, 0.0]  # the last bin's top and the first bin's bottom
     return pa.table(
         {
             "sex": pa.array(sex, pa.string()).dictionary_encode(),
@@ -59,6 +71,8 @@ def make_table(rng: np.random.Generator, rows: int, units: int = 200) -> pa.Tabl
             "income": pa.array(income),
             "kids": pa.array(kids, mask=kids_null),
             "band": pa.array(rng.integers(1, 4, rows), pa.int32()),
+            "day": pa.array(rng.integers(1, 32, rows), pa.int16()),
+            "clock": pa.array(clock, mask=rng.random(rows) < 0.05),
             UNIT: pa.array([f"  u{i}" if i % 7 == 0 else f"u{i}" for i in ids.tolist()]),
             "note": pa.array(rng.integers(0, 10**9, rows)),
         }

@@ -15,8 +15,8 @@ NULL_TEXT = "null"
 
 
 def _split_values(attribute: Attribute, text: str) -> list[str]:
-    """Comma-separated values; numeric bin labels ("[0, 18)") keep their inner comma."""
-    if attribute.kind != "numeric":
+    """Comma-separated values; bin labels ("[0, 18)") keep their inner comma."""
+    if not attribute.is_binned:
         return [part.strip() for part in text.split(",")]
     parts: list[str] = []
     current: list[str] = []
