@@ -328,7 +328,10 @@ def test_within_bin_means_of_a_registered_source_pass_the_gate_and_its_engine(
     assert job_of(client, job_id)["status"] == "succeeded"
     edges = np.array(SCHEMA["attributes"][1]["bins"], dtype=float)
     ages = np.concatenate(
-        [pq.read_table(path).column("age").to_numpy() for path in sorted(lake.rglob("*.parquet"))]
+        [
+            pq.read_table(path).column("age").to_numpy()
+            for path in sorted((lake / "visits").rglob("*.parquet"))
+        ]
     )
     codes = np.clip(np.searchsorted(edges, ages, side="right") - 1, 0, len(edges) - 2)
     places = np.floor((ages - edges[codes]) / np.diff(edges)[codes] * GRID + 0.5)
