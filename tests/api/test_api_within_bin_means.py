@@ -288,3 +288,30 @@ def test_a_purge_destroys_the_places_with_the_records(
             select(DatasetColumn.name).where(DatasetColumn.dataset_id == dataset["id"])
         ).all()
     assert left == []
+
+
+def test_a_refusal_before_the_gate_refunds_the_whole_charge(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(DELAYS, SCHEMA)
+    api.grant(dataset["id"], tenant["id"], 1)
+    response = measure(
+        client, dataset["id"], tenant["headers"], {"within_bin_means": ["dep_delay"], "rho": 0.2}
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    assert ledger_units(database, dataset["id"]) == 2 * 10**11
+    with database.unit_of_work() as session:  # the places gone after the request was accepted
+        session.execute(
+            delete(DatasetColumn).where(
+                DatasetColumn.dataset_id == dataset["id"],
+                DatasetColumn.name == fraction_column("dep_delay"),
+            )
+        )
+    run_jobs(database, settings)
+    with database.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == "failed"
+        assert not session.scalars(select(RecordAccess).where(RecordAccess.job_id == job_id)).all()
+    assert ledger_units(database, dataset["id"]) == 0  # nothing was read: refunded whole
