@@ -55,7 +55,7 @@ def csv_fractions(
         return {}
     rows = len(codes[names[0]])
     start = stream.tell()
-    numbers = _arrow_numbers(stream, names, max_bytes, rows)
+    numbers = _arrow_numbers(stream, names, rows)
     if numbers is None:  # Arrow read it otherwise: the exact reader decides
         stream.seek(start)
         numbers = _exact_numbers(stream, schema, names, max_bytes, unit_column)
@@ -65,9 +65,7 @@ def csv_fractions(
     }
 
 
-def _arrow_numbers(
-    stream: BinaryIO, names: list[str], max_bytes: int | None, rows: int
-) -> dict[str, np.ndarray] | None:
+def _arrow_numbers(stream: BinaryIO, names: list[str], rows: int) -> dict[str, np.ndarray] | None:
     """The columns' numbers by Arrow's CSV reader (the cells as text, stripped, then
     parsed as Python's float parses them), or None if Arrow does not read the file into
     exactly `rows` rows with these columns."""
@@ -76,10 +74,12 @@ def _arrow_numbers(
 
     from app.ingest.parquet import column_numbers
 
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    read = 0
     try:
-        data = stream.read() if max_bytes is None else stream.read(max_bytes + 1)
-        table = pacsv.read_csv(
-            pa.py_buffer(data),
+        # Batch by batch: memory stays a batch's, not the file's.
+        reader = pacsv.open_csv(
+            stream,
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
             convert_options=pacsv.ConvertOptions(
                 include_columns=names,
@@ -88,11 +88,19 @@ def _arrow_numbers(
                 quoted_strings_can_be_null=False,
             ),
         )
+        if reader.schema.names != names:
+            return None
+        for batch in reader:
+            read += batch.num_rows
+            if read > rows:
+                return None
+            for name in names:
+                parts[name].append(column_numbers(batch.column(name)))
     except (pa.ArrowException, ValueError, UnicodeDecodeError):
         return None
-    if table.num_rows != rows or table.column_names != names:
+    if read != rows:
         return None
-    return {name: column_numbers(table.column(name)) for name in names}
+    return {name: np.concatenate(found) if found else np.zeros(0) for name, found in parts.items()}
 
 
 def _exact_numbers(
