@@ -315,3 +315,19 @@ def test_a_refusal_before_the_gate_refunds_the_whole_charge(
         assert job is not None and job.status == "failed"
         assert not session.scalars(select(RecordAccess).where(RecordAccess.job_id == job_id)).all()
     assert ledger_units(database, dataset["id"]) == 0  # nothing was read: refunded whole
+
+
+def test_an_idempotent_retry_is_charged_once(
+    client: TestClient, api: ApiHelper, database: Database
+) -> None:
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(DELAYS, SCHEMA)
+    api.grant(dataset["id"], tenant["id"], 1)
+    headers = {**tenant["headers"], "Idempotency-Key": "within-1"}
+    body = {"within_bin_means": ["dep_delay"], "rho": 0.25}
+    first = measure(client, dataset["id"], headers, body).json()
+    again = measure(client, dataset["id"], headers, body).json()
+    assert again["job_id"] == first["job_id"] and again["replayed"] is True
+    assert ledger_units(database, dataset["id"]) == 25 * 10**10
+    other = measure(client, dataset["id"], headers, {**body, "rho": 0.3})
+    assert other.status_code == 409, other.text  # the same key for another request
