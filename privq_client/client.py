@@ -165,6 +165,37 @@ class Client(BaseClient):
             path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
         )
 
+    def measure_within_bin_means(
+        self,
+        dataset_id: str,
+        attributes: Sequence[str],
+        *,
+        noise: Noise = "gaussian",
+        rho: float | None = None,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        sigma: float | None = None,
+        scale: float | None = None,
+        idempotency_key: str | None = None,
+        dry_run: bool = False,
+    ) -> Job | Json:
+        """Measure the within-bin means of binned (numeric) attributes: each bin's noisy
+        sum of where its rows lie within it, priced as a one-way marginal each; the
+        model version the job ends with uses them for SUM, AVG and moments instead of
+        midpoints. Amounts, noise, `idempotency_key` and `dry_run` as in `measure`."""
+        if isinstance(attributes, str):
+            raise TypeError("attributes is a list of attribute names, not one string")
+        body: Json = {"within_bin_means": list(attributes), "noise": noise}
+        body.update(privacy_amount(rho, epsilon, delta))
+        if sigma is not None:
+            body["sigma"] = sigma
+        if scale is not None:
+            body["scale"] = scale
+        path = f"/v1/datasets/{segment(dataset_id)}/measurements"
+        return self._submit(
+            path, body, idempotency_key=idempotency_key, dry_run=dry_run, delta=delta
+        )
+
     def _mechanism(
         self,
         kind: str,

@@ -10,7 +10,10 @@ names hold no ":"), read only through the gate, destroyed by a purge or a delete
 
 They are read in a second pass over the upload, after the codes' encoders have checked
 every cell (so every number parses here): the encoders stay as fast as they are, and a
-schema without binned attributes costs nothing more.
+schema without binned attributes costs nothing more. A CSV is read again by Arrow's
+reader (the binned columns only, as text, parsed as Python's `float` parses them); if
+Arrow reads it otherwise than into the same rows (a header or a row it splits in
+another way), by the exact path's reader, slower and certain.
 """
 
 from __future__ import annotations
@@ -50,7 +53,64 @@ def csv_fractions(
     names = binned_names(schema)
     if not names:
         return {}
-    by_name = {a.name: a for a in schema.attributes}
+    rows = len(codes[names[0]])
+    start = stream.tell()
+    numbers = _arrow_numbers(stream, names, rows)
+    if numbers is None:  # Arrow read it otherwise: the exact reader decides
+        stream.seek(start)
+        numbers = _exact_numbers(stream, schema, names, max_bytes, unit_column)
+    return {
+        name: quantized_fractions(schema.attribute(name), numbers[name], codes[name])
+        for name in names
+    }
+
+
+def _arrow_numbers(stream: BinaryIO, names: list[str], rows: int) -> dict[str, np.ndarray] | None:
+    """The columns' numbers by Arrow's CSV reader (the cells as text, stripped, then
+    parsed as Python's float parses them), or None if Arrow does not read the file into
+    exactly `rows` rows with these columns."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from app.ingest.parquet import column_numbers
+
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    read = 0
+    try:
+        # Batch by batch: memory stays a batch's, not the file's.
+        reader = pacsv.open_csv(
+            stream,
+            parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=names,
+                column_types=dict.fromkeys(names, pa.string()),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+        if reader.schema.names != names:
+            return None
+        for batch in reader:
+            read += batch.num_rows
+            if read > rows:
+                return None
+            for name in names:
+                parts[name].append(column_numbers(batch.column(name)))
+    except (pa.ArrowException, ValueError, UnicodeDecodeError):
+        return None
+    if read != rows:
+        return None
+    return {name: np.concatenate(found) if found else np.zeros(0) for name, found in parts.items()}
+
+
+def _exact_numbers(
+    stream: BinaryIO,
+    schema: DatasetSchema,
+    names: list[str],
+    max_bytes: int | None,
+    unit_column: str | None,
+) -> dict[str, np.ndarray]:
+    """The columns' numbers by the exact path's CSV reader (Python's csv module)."""
     values: dict[str, list[float]] = {name: [] for name in names}
     with csv_records(stream, max_bytes) as reader:
         positions, _fields = read_header(reader, schema, unit_column)
@@ -61,11 +121,7 @@ def csv_fractions(
                 continue
             for append, column in wanted:
                 append(float_or_nan(row[column]))
-    out = {}
-    for name in names:
-        x = np.asarray(values.pop(name), dtype=np.float64)
-        out[name] = quantized_fractions(by_name[name], x, codes[name])
-    return out
+    return {name: np.asarray(values[name], dtype=np.float64) for name in names}
 
 
 def parquet_fractions(
@@ -74,16 +130,16 @@ def parquet_fractions(
     """The binned attributes' fractions of a Parquet file whose codes are `codes`."""
     import pyarrow.parquet as pq
 
-    from app.ingest.parquet import ParquetColumn
+    from app.ingest.parquet import column_numbers
 
     names = binned_names(schema)
     if not names:
         return {}
     stream.seek(0)
     table = pq.read_table(stream, columns=names)
-    out = {}
-    for name in names:
-        attribute = schema.attribute(name)
-        x = ParquetColumn(attribute).numbers(table.column(name))
-        out[name] = quantized_fractions(attribute, x, codes[name])
-    return out
+    return {
+        name: quantized_fractions(
+            schema.attribute(name), column_numbers(table.column(name)), codes[name]
+        )
+        for name in names
+    }

@@ -253,13 +253,8 @@ class ParquetColumn:
         return codes
 
     def numbers(self, array: Any) -> np.ndarray:
-        """A numeric or integer column's values as float64, NaN where a row has none (a
-        null, or a cell that is no number: a missing value's spelling); for the places
-        within the bins (`app.ingest.fractions`), beside the codes `encode` gives."""
-        array = _plain(array)
-        if _is_text(array.type):
-            return _texts_to_floats(pc.utf8_trim_whitespace(array))
-        return np.array(_floats(array), dtype=np.float64)
+        """`column_numbers`: for the places within the bins beside `encode`'s codes."""
+        return column_numbers(array)
 
     def _encode_values(self, array: Any) -> np.ndarray:
         kind = self.attribute.kind
@@ -334,6 +329,16 @@ class ParquetColumn:
         return self.encoder.explain(text).replace(
             quote_cell(text) or "a value", quote(text, QUOTED_CELL_CHARS)[1:-1], 1
         )
+
+
+def column_numbers(array: Any) -> np.ndarray:
+    """A numeric or integer column's values as float64, NaN where a row has none (a null,
+    or a cell that is no number: a missing value's spelling), as an upload reads them;
+    for the places within the bins (`app.ingest.fractions`)."""
+    array = _plain(array)
+    if _is_text(array.type):
+        return _texts_to_floats(pc.utf8_trim_whitespace(array))
+    return np.array(_floats(array), dtype=np.float64)
 
 
 def _plain(array: Any) -> Any:

@@ -148,8 +148,10 @@ def fit_now(
         estimator = session.scalar(select(Dataset.estimator).where(Dataset.id == dataset_id))
         # One read: the high-water mark is the largest id among the records read, never
         # one that committed between two statements (READ COMMITTED on PostgreSQL).
-        everything = measurement_service.list_for_dataset(session, dataset_id)
-        records = [r for r in everything if r.status == "active"]
+        # Within-bin means are read too: no fit uses them, but the version's high-water
+        # mark covers them, and its answers use those it covers.
+        everything = measurement_service.list_for_dataset(session, dataset_id, kind=None)
+        records = [r for r in everything if r.status == "active" and r.kind == "marginal"]
         # Every measurement up to here is decided: fitted, or quarantined below.
         high_water = max((r.id for r in everything), default=0)
         latest = model_service.latest_version_row(session, dataset_id)

@@ -473,12 +473,12 @@ def id_statuses(session: Session, dataset_id: str) -> list[tuple[int, str, str]]
 
 
 def list_for_dataset(
-    session: Session, dataset_id: str, *, active_only: bool = False, kind: str = "marginal"
+    session: Session, dataset_id: str, *, active_only: bool = False, kind: str | None = "marginal"
 ) -> Sequence[MeasurementRecord]:
-    """The dataset's measurements of `kind`, oldest first; `active_only`: not quarantined."""
-    query = select(MeasurementRecord).where(
-        MeasurementRecord.dataset_id == dataset_id, MeasurementRecord.kind == kind
-    )
+    """The dataset's measurements of `kind` (None: all), oldest first; `active_only`: active."""
+    query = select(MeasurementRecord).where(MeasurementRecord.dataset_id == dataset_id)
+    if kind is not None:
+        query = query.where(MeasurementRecord.kind == kind)
     if active_only:
         query = query.where(MeasurementRecord.status == "active")
     return session.scalars(query.order_by(MeasurementRecord.id)).all()

@@ -13,7 +13,9 @@ says what it releases and why it costs what it does):
 5. per attribute, the exact per-bin sums of fractions in one read of the records, and
    OpenDP's exact discrete noise on them at σ·GRID, with no transaction open;
 6. one short transaction stores the noisy sums (one `within_bin_means` measurement per
-   attribute), before anything uses them. No model fit follows: answers read them.
+   attribute), before anything uses them;
+7. the next model version covers them (a fit over the same marginals, warm-started),
+   and its answers use them in place of midpoints (`app.services.answers.bin_values`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.privacy.accounting import exact_rho
 from app.schema import parse_schema
 from app.schema.within_bins import GRID
 from app.services import gate, jobs, unit_accounting
+from app.services import measurements as measurement_service
 from app.services.measurements import store
 from app.services.measuring import draw
 from app.services.rho import UNITS_PER_RHO
@@ -45,11 +48,22 @@ __all__ = ["JOB_KIND", "run_job"]
 
 
 def run_job(runner: jobs.JobRunner, job: Job) -> dict[str, Any]:
-    """The job handler: draw and store the noisy fraction sums unless already stored."""
+    """The job handler: draw and store the noisy fraction sums unless already stored, then
+    the model version that covers them (its answers use them): the next fit, over the
+    same marginals, if the dataset has any; none before its first marginal, whose fit
+    will cover them."""
     runner.progress(job, {"stage": "measuring"})
-    drawn = measure(runner, job)
+    measure(runner, job)
     runner.progress(job, {"stage": "measured"})
-    return {"drawn": drawn}
+    with runner.database.read_only() as session:
+        high_water = measurement_service.high_water(
+            session, dataset_id=job.dataset_id, job_id=job.id
+        )
+        has_marginals = bool(measurement_service.released_attribute_sets(session, job.dataset_id))
+    if not has_marginals:
+        return {"model_version": None}
+    domain = runner.domain_of(job.dataset_id)
+    return {"model_version": runner.fit_covering(job, high_water, domain)}
 
 
 def measure(runner: jobs.JobRunner, job: Job) -> bool:

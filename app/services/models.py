@@ -37,6 +37,7 @@ from app.pgm.model import GraphicalModel
 from app.schema import DatasetSchema, parse_schema
 from app.services.bounds import BoundContext, load_context
 from app.services.precompiled import PrecompiledSelect
+from app.services.within_bin_means import FractionSums, released_fraction_sums
 
 # Deserialised versions kept per process. Versions of one dataset supersede each
 # other, so a few entries cover the datasets in active use; an Adult-sized model is
@@ -90,6 +91,8 @@ class LoadedModel:
     measurements: tuple[CoveredMeasurement, ...]
     bounds: BoundContext = field(default_factory=BoundContext)
     estimator: str = "mle"
+    # The within-bin means releases the version covers (id ≤ high_water), by attribute.
+    within_bins: dict[str, FractionSums] = field(default_factory=dict)
 
     @property
     def measured_attributes(self) -> frozenset[str]:
@@ -335,6 +338,7 @@ def load_version(session: Session, dataset_id: str, version: int) -> LoadedModel
         cliques=tuple(tuple(clique) for clique in row.cliques),
         high_water=row.high_water,
         measurements=covered_measurements(session, dataset_id, row.high_water),
+        within_bins=released_fraction_sums(session, dataset_id, up_to=row.high_water),
         bounds=load_context(
             session,
             dataset_id,

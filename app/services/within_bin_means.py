@@ -217,33 +217,38 @@ def noise_variance(kind: str, scale: float) -> float:
     return 2.0 * t / (1.0 - t) ** 2 if t > 0 else 1e-300
 
 
-def fraction_sums_of(session: Session, dataset_id: str, attribute: str) -> FractionSums | None:
-    """The attribute's active within-bin releases, combined by inverse-variance weights,
-    or None if it was never measured."""
-    records = session.scalars(
-        select(MeasurementRecord).where(
-            MeasurementRecord.dataset_id == dataset_id,
-            MeasurementRecord.kind == KIND,
-            MeasurementRecord.status == "active",
-        )
-    ).all()
-    chosen = [r for r in records if list(r.attributes) == [attribute]]
-    if not chosen:
-        return None
+def released_fraction_sums(
+    session: Session, dataset_id: str, *, up_to: int | None = None
+) -> dict[str, FractionSums]:
+    """Per attribute, its active within-bin releases (with ids up to `up_to`, if given:
+    those a model version covers), combined by inverse-variance weights."""
+    query = select(MeasurementRecord).where(
+        MeasurementRecord.dataset_id == dataset_id,
+        MeasurementRecord.kind == KIND,
+        MeasurementRecord.status == "active",
+    )
+    if up_to is not None:
+        query = query.where(MeasurementRecord.id <= up_to)
+    by_attribute: dict[str, list[MeasurementRecord]] = {}
+    for record in session.scalars(query.order_by(MeasurementRecord.id)).all():
+        by_attribute.setdefault(record.attributes[0], []).append(record)
+    return {name: _combined(records) for name, records in by_attribute.items()}
+
+
+def _combined(records: Sequence[MeasurementRecord]) -> FractionSums:
     weighted: np.ndarray | None = None
     total_weight = 0.0
     rho = 0.0
-    for record in chosen:
+    for record in records:
         grid = float((record.details or {}).get("grid", GRID))
         values = unpack_column(record.values).astype(np.float64) / grid
-        variance = noise_variance(record.noise, record.scale) / (grid * grid)
-        weight = 1.0 / variance
+        weight = (grid * grid) / noise_variance(record.noise, record.scale)
         weighted = values * weight if weighted is None else weighted + values * weight
         total_weight += weight
         rho += units_to_rho(record.rho_units)
-    if weighted is None:  # pragma: no cover - chosen is not empty
-        return None
-    return FractionSums(weighted / total_weight, 1.0 / total_weight, rho, len(chosen))
+    if weighted is None:
+        raise ValueError("no release to combine")
+    return FractionSums(weighted / total_weight, 1.0 / total_weight, rho, len(records))
 
 
 def means_from(
@@ -271,7 +276,7 @@ def within_bin_means(
     found = schema.attribute(attribute)
     if not is_binned(found):
         return None
-    released = fraction_sums_of(session, dataset_id, attribute)
+    released = released_fraction_sums(session, dataset_id).get(attribute)
     if released is None:
         return None
     lows, highs = code_intervals(found)

@@ -99,13 +99,32 @@ def test_an_upload_keeps_each_rows_place_within_its_bin(
     np.testing.assert_array_equal(stored[fraction_column("dep_delay")], fractions)
 
 
+def sql_average(client: TestClient, table: dict[str, Any]) -> tuple[float, str, list[float]]:
+    """AVG(dep_delay) from POST /sql: the estimate, how it was made, and its bounds."""
+    response = client.post(
+        f"/v1/datasets/{table['dataset']['id']}/sql",
+        json={"query": f'SELECT AVG(dep_delay) AS mean FROM "{table["dataset"]["name"]}"'},
+        headers=table["headers"],
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return body["rows"][0][0], body["estimates"][0], body["bounds"][0][0]
+
+
 def test_within_bin_means_bring_the_average_back_at_rho_half(
     client: TestClient, delayed: dict[str, Any], database: Database, settings: Settings
 ) -> None:
     dataset_id, headers = delayed["dataset"]["id"], delayed["headers"]
+    truth = float(delays().mean())
     before = ledger_units(database, dataset_id)
     counts_job = measure(client, dataset_id, headers, {"marginals": [["dep_delay"]], "rho": 0.5})
     assert counts_job.status_code == 202, counts_job.text
+    run_jobs(database, settings)
+    by_midpoints, method, (low, high) = sql_average(client, delayed)
+    assert method == "midpoint"
+    assert abs(by_midpoints - truth) / truth > 0.10  # midpoints put it far too high
+    assert low <= truth <= high
+
     response = measure(client, dataset_id, headers, {"within_bin_means": ["dep_delay"], "rho": 0.5})
     assert response.status_code == 202, response.text
     accepted = response.json()
@@ -115,7 +134,13 @@ def test_within_bin_means_bring_the_average_back_at_rho_half(
     run_jobs(database, settings)
     job = client.get(f"/v1/jobs/{accepted['job_id']}", headers=headers).json()
     assert job["status"] == "succeeded", job
+    assert job["model_version"] == 2  # the version that covers them
     assert ledger_units(database, dataset_id) - before == 10**12  # 0.5 + 0.5, charged
+
+    by_means, method, (low, high) = sql_average(client, delayed)
+    assert method == "within-bin means"
+    assert abs(by_means - truth) / truth < 0.02
+    assert low <= by_means <= high and low <= truth <= high
 
     listed = client.get(f"/v1/datasets/{dataset_id}/measurements", headers=headers).json()
     items = listed["items"] if isinstance(listed, dict) else listed
@@ -123,28 +148,16 @@ def test_within_bin_means_bring_the_average_back_at_rho_half(
     assert len(released) == 1 and released[0]["attributes"] == ["dep_delay"]
     assert released[0]["details"]["grid"] == GRID
     assert released[0]["sigma"] == pytest.approx(GRID)
-
     marginal = client.get(
         f"/v1/datasets/{dataset_id}/marginals", params={"attrs": "dep_delay"}, headers=headers
     ).json()
     counts = np.asarray(marginal["counts"], dtype=float)
-    schema = parse_schema(SCHEMA)
     with database.read_only() as session:
         means = within_bin_service.within_bin_means(
-            session, dataset_id, schema, "dep_delay", counts
+            session, dataset_id, parse_schema(SCHEMA), "dep_delay", counts
         )
-        assert (
-            within_bin_service.within_bin_means(session, dataset_id, schema, "distance", counts)
-            is None
-        )  # never measured
-    assert means is not None
-    truth = float(delays().mean())
-    midpoints = (EDGES[:-1] + EDGES[1:]) / 2
-    by_midpoints = float(counts @ midpoints / counts.sum())
-    by_means = float(counts @ means / counts.sum())
-    assert abs(by_midpoints - truth) / truth > 0.10
-    assert abs(by_means - truth) / truth < 0.02
-    assert np.all((means >= EDGES[:-1]) & (means <= EDGES[1:]))
+    assert means is not None and np.all((means >= EDGES[:-1]) & (means <= EDGES[1:]))
+    assert float(counts @ means / counts.sum()) == pytest.approx(by_means, rel=1e-6)
 
 
 def test_the_noise_is_priced_at_sensitivity_k_whatever_the_widths() -> None:
@@ -275,3 +288,46 @@ def test_a_purge_destroys_the_places_with_the_records(
             select(DatasetColumn.name).where(DatasetColumn.dataset_id == dataset["id"])
         ).all()
     assert left == []
+
+
+def test_a_refusal_before_the_gate_refunds_the_whole_charge(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings
+) -> None:
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(DELAYS, SCHEMA)
+    api.grant(dataset["id"], tenant["id"], 1)
+    response = measure(
+        client, dataset["id"], tenant["headers"], {"within_bin_means": ["dep_delay"], "rho": 0.2}
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    assert ledger_units(database, dataset["id"]) == 2 * 10**11
+    with database.unit_of_work() as session:  # the places gone after the request was accepted
+        session.execute(
+            delete(DatasetColumn).where(
+                DatasetColumn.dataset_id == dataset["id"],
+                DatasetColumn.name == fraction_column("dep_delay"),
+            )
+        )
+    run_jobs(database, settings)
+    with database.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == "failed"
+        assert not session.scalars(select(RecordAccess).where(RecordAccess.job_id == job_id)).all()
+    assert ledger_units(database, dataset["id"]) == 0  # nothing was read: refunded whole
+
+
+def test_an_idempotent_retry_is_charged_once(
+    client: TestClient, api: ApiHelper, database: Database
+) -> None:
+    tenant = api.create_tenant()
+    dataset = api.upload_dataset(DELAYS, SCHEMA)
+    api.grant(dataset["id"], tenant["id"], 1)
+    headers = {**tenant["headers"], "Idempotency-Key": "within-1"}
+    body = {"within_bin_means": ["dep_delay"], "rho": 0.25}
+    first = measure(client, dataset["id"], headers, body).json()
+    again = measure(client, dataset["id"], headers, body).json()
+    assert again["job_id"] == first["job_id"] and again["replayed"] is True
+    assert ledger_units(database, dataset["id"]) == 25 * 10**10
+    other = measure(client, dataset["id"], headers, {**body, "rho": 0.3})
+    assert other.status_code == 409, other.text  # the same key for another request

@@ -303,6 +303,50 @@ def test_measuring_while_registering_is_refused_and_charges_nothing(
     )
 
 
+def test_within_bin_means_of_a_registered_source_pass_the_gate_and_its_engine(
+    client: TestClient, api: ApiHelper, database: Database, settings: Settings, lake: Path
+) -> None:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from app.db import MeasurementRecord, RecordAccess
+    from app.ingest import unpack_column
+    from app.schema.within_bins import GRID
+
+    answer = register(client, f"{lake.as_uri()}/visits")
+    run_jobs(database, settings)
+    tenant = api.create_tenant()
+    api.grant(answer["id"], tenant["id"], 1.0)
+    response = client.post(
+        f"/v1/datasets/{answer['id']}/measurements",
+        json={"within_bin_means": ["age"], "sigma": 1.0},
+        headers=tenant["headers"],
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job_id"]
+    run_jobs(database, settings)
+    assert job_of(client, job_id)["status"] == "succeeded"
+    edges = np.array(SCHEMA["attributes"][1]["bins"], dtype=float)
+    ages = np.concatenate(
+        [
+            pq.read_table(path).column("age").to_numpy()
+            for path in sorted((lake / "visits").rglob("*.parquet"))
+        ]
+    )
+    codes = np.clip(np.searchsorted(edges, ages, side="right") - 1, 0, len(edges) - 2)
+    places = np.floor((ages - edges[codes]) / np.diff(edges)[codes] * GRID + 0.5)
+    exact = np.bincount(codes, weights=places, minlength=len(edges) - 1)
+    with database.read_only() as session:
+        (release,) = session.scalars(
+            select(MeasurementRecord).where(MeasurementRecord.job_id == job_id)
+        ).all()
+        (access,) = session.scalars(select(RecordAccess).where(RecordAccess.job_id == job_id))
+        assert release.kind == "within_bin_means" and release.access_id == access.id
+        noisy = unpack_column(release.values)
+    # σ = one place: 2¹⁶ grid steps; six σ covers every bin but once in 10⁸.
+    assert np.all(np.abs(noisy - exact) < 6 * GRID)
+
+
 def test_purge_and_delete_forget_the_reference_and_leave_the_source(
     client: TestClient, api: ApiHelper, database: Database, settings: Settings, lake: Path
 ) -> None:

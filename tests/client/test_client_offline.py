@@ -186,6 +186,26 @@ def test_requests_carry_the_key_and_the_bodies_the_contract_names() -> None:
     }
 
 
+def test_within_bin_means_are_asked_for_as_the_service_reads_them() -> None:
+    sent: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"dry_run": True})
+
+    client = scripted(handle)
+    client.measure_within_bin_means("d1", ["delay"], rho=0.5, dry_run=True)
+    (request,) = sent
+    assert request.url.raw_path == b"/v1/datasets/d1/measurements?dry_run=true"
+    assert json.loads(request.content) == {
+        "within_bin_means": ["delay"],
+        "noise": "gaussian",
+        "rho": 0.5,
+    }
+    with pytest.raises(TypeError):
+        client.measure_within_bin_means("d1", "delay", rho=0.5)
+
+
 def test_count_filters_and_factored_queries_are_built_as_the_service_reads_them() -> None:
     where = {"sex": "F", "race": {"2", "1"}, "age": {"ge": 30, "lt": 45.5}, "hours": {"lt": 40}}
     assert count_params(where) == ["sex:F", "race:1,2", "age:30..45.5", "hours:..40"]

@@ -320,6 +320,16 @@ def _plan(
     return dataset, plan
 
 
+def _body_hash(body: MeasurementRequest) -> str:
+    """The request's hash for its Idempotency-Key: the kind it does not give left out, so
+    that a marginal request hashes as it did before `within_bin_means` existed."""
+    dumped = body.model_dump()
+    for key in ("marginals", "within_bin_means"):
+        if dumped[key] is None:
+            del dumped[key]
+    return measurement_service.request_hash(dumped)
+
+
 def _checked_scale(body: MeasurementRequest) -> float | None:
     """The noise scale the request gives (None: it gives an amount of ρ); 422 if it gives
     the wrong one, or both or neither of an amount and a scale."""
@@ -390,7 +400,7 @@ def create_measurement(
             request,
             settings=settings,
             idempotency_key=idempotency_key,
-            body_hash=measurement_service.request_hash(body.model_dump()),
+            body_hash=_body_hash(body),
         )
         return JobAccepted.of(job, charge)
     if dry_run:
@@ -425,7 +435,7 @@ def create_measurement(
             attribute_sets=plan.marginals,
             max_model_cells=settings.max_model_cells,
             idempotency_key=idempotency_key,
-            body_hash=measurement_service.request_hash(body.model_dump()),
+            body_hash=_body_hash(body),
             description=f"measure {len(plan.marginals)} marginal(s), {plan.noise} noise",
             check_model=grows_model,
         )

@@ -23,6 +23,7 @@ from app.pgm.bin_bounds import BinValues
 from app.schema import Attribute, SchemaError
 from app.services.answers.common import attribute_of, invalid
 from app.services.models import LoadedModel
+from app.services.within_bin_means import MIN_COUNT, means_from
 
 __all__ = [
     "BinValues",
@@ -90,8 +91,18 @@ def attribute_bin_values(attribute: Attribute, means: np.ndarray | None = None) 
 
 def measured_means(loaded: LoadedModel, attribute: Attribute) -> np.ndarray | None:
     """The measured within-bin means of a binned attribute for this model version (one
-    per code with a value), or None when none are measured."""
-    return None
+    per code with a value), or None when none are measured: from the releases the
+    version covers and the model's own count of each bin
+    (`app.services.within_bin_means.means_from`; NaN — the midpoint — where a bin's
+    count is below one row)."""
+    released = loaded.within_bins.get(attribute.name)
+    if released is None:
+        return None
+    low, high = code_intervals(attribute)
+    counts = np.asarray(loaded.model.marginal((attribute.name,)), dtype=np.float64)
+    counts = counts[: attribute.value_size]
+    means = means_from(low, high, released.sums, counts)
+    return np.where(counts >= MIN_COUNT, means, np.nan)
 
 
 def bin_values(loaded: LoadedModel, name: str, *, parameter: str = "attribute") -> BinValues:
