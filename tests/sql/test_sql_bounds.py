@@ -176,3 +176,19 @@ def test_grouped_by_the_attribute_an_average_lies_in_its_own_bin(world):
         # one bin: the least spread is 0, the greatest puts half at each edge
         width = AGE_EDGES[code + 1] - AGE_EDGES[code]
         assert bounds[2] == pytest.approx([0.0, width**2 / 4], rel=1e-6, abs=1e-9)
+
+
+def test_bounds_follow_their_rows_through_having_order_and_limit(world):
+    loaded_model, _ = world
+    plain = answer(loaded_model, "SELECT race, AVG(age) AS m FROM people GROUP BY race")
+    by_race = {
+        row[0]: bounds[1] for row, bounds in zip(plain["rows"], plain["bounds"], strict=True)
+    }
+    sorted_ = answer(
+        loaded_model,
+        "SELECT race, AVG(age) AS m FROM people GROUP BY race "
+        "HAVING COUNT(*) > 0 ORDER BY m DESC LIMIT 2",
+    )
+    assert len(sorted_["rows"]) == len(sorted_["bounds"]) == 2
+    for row, bounds in zip(sorted_["rows"], sorted_["bounds"], strict=True):
+        assert bounds[1] == pytest.approx(by_race[row[0]])
