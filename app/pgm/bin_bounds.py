@@ -148,21 +148,60 @@ def variance_range(
 
 
 def _least_variance(n: np.ndarray, lo: np.ndarray, hi: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """min over c of Σ n · dist(c, [lo, hi])² / N: the point c is found by bisection on
-    the derivative, which is increasing (the function is convex)."""
+    """min over c of Σ n · dist(c, [lo, hi])² / N (then every value sits at clamp(c)).
+
+    The function of c is convex and, between consecutive bin edges, a quadratic whose
+    coefficients are prefix sums over the bins: its least value on each piece is at its
+    stationary point clipped to the piece, and the least of those is the minimum. The
+    value at the chosen point is then summed directly (no cancellation)."""
     safe = np.where(total > 0, total, 1.0)
-    left = np.full(n.shape[0], lo.min() if lo.size else 0.0)
-    right = np.full(n.shape[0], hi.max() if hi.size else 0.0)
-    for _ in range(_BISECTIONS):
-        middle = (left + right) / 2.0
-        clamped = np.clip(middle[:, None], lo, hi)
-        # derivative / 2 of Σ n (c − clamp(c))²
-        slope = (n * (middle[:, None] - clamped)).sum(axis=1)
-        right = np.where(slope > 0, middle, right)
-        left = np.where(slope > 0, left, middle)
-    point = (left + right) / 2.0
+    if lo.size == 0:
+        return np.zeros(n.shape[0])
+    if np.all(np.diff(lo) >= 0) and np.all(np.diff(hi) >= 0):
+        point = _least_point(n, lo, hi)
+    else:
+        point = _least_point_by_bisection(n, lo, hi)
     gap = point[:, None] - np.clip(point[:, None], lo, hi)
     result: np.ndarray = (n * gap**2).sum(axis=1) / safe
+    return result
+
+
+def _least_point(n: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The minimising c per cell, for bins whose low and high ends both ascend."""
+    edges = np.unique(np.concatenate([lo, hi]))
+    if edges.size < 2:
+        return np.full(n.shape[0], edges[0])
+    left, right = edges[:-1], edges[1:]
+    middle = (left + right) / 2.0
+    below = np.searchsorted(hi, middle, side="left")  # bins wholly below the piece
+    above = np.searchsorted(lo, middle, side="right")  # bins from here are wholly above
+
+    def prefix(weights: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.zeros((n.shape[0], 1)), np.cumsum(n * weights, axis=1)], axis=1)
+
+    counts, high_sums, high_squares = prefix(np.ones_like(hi)), prefix(hi), prefix(hi**2)
+    low_sums, low_squares = prefix(lo), prefix(lo**2)
+    weight = counts[:, below] + counts[:, -1:] - counts[:, above]
+    linear = high_sums[:, below] + low_sums[:, -1:] - low_sums[:, above]
+    constant = high_squares[:, below] + low_squares[:, -1:] - low_squares[:, above]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        stationary = np.where(weight > 0, linear / weight, left)
+    candidate = np.clip(stationary, left, right)
+    value = weight * candidate**2 - 2.0 * candidate * linear + constant
+    best: np.ndarray = candidate[np.arange(n.shape[0]), np.argmin(value, axis=1)]
+    return best
+
+
+def _least_point_by_bisection(n: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The minimising c per cell by bisection on the (increasing) derivative."""
+    left = np.full(n.shape[0], lo.min())
+    right = np.full(n.shape[0], hi.max())
+    for _ in range(_BISECTIONS):
+        middle = (left + right) / 2.0
+        slope = (n * (middle[:, None] - np.clip(middle[:, None], lo, hi))).sum(axis=1)
+        right = np.where(slope > 0, middle, right)
+        left = np.where(slope > 0, left, middle)
+    result: np.ndarray = (left + right) / 2.0
     return result
 
 

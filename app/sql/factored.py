@@ -25,6 +25,8 @@ from app.sql.regions import Box
 from app.sql.results import AggregateSpec, Totals
 
 MOMENT_ROWS = 3  # Σ 1 (with a value), Σ x, Σ x²
+EDGE_ROWS = 2  # Σ low, Σ high: each value at its bin's low or high end
+VARIANCES = frozenset({"var_pop", "var_samp", "stddev_pop", "stddev_samp"})
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,8 @@ class TermQuery:
     query: FactoredQuery
     shape: tuple[int, ...]  # the answer's shape with every group axis, size 1 included
     moment_axis: int | None  # the axis of the sums, moved last
-    # Rows along the moment axis: MOMENT_ROWS, then (with a histogram) one per code with
-    # a value — the count of each bin, from which the bounds follow.
+    # Rows along the moment axis: MOMENT_ROWS, then for a binned attribute's bounds
+    # EDGE_ROWS (SUM, AVG) and one per code with a value — each bin's count (VAR, STDDEV).
     rows: int = MOMENT_ROWS
 
 
@@ -49,15 +51,21 @@ def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
     return vector
 
 
-def needs_histogram(plan: SqlPlan, attribute: str) -> bool:
-    """SUM, AVG, VAR or STDDEV of a binned attribute: its bounds need each bin's count."""
-    return plan.codes[attribute].binned and any(
-        spec.attribute == attribute and spec.function != "count" for spec in plan.aggregates
-    )
+def bound_rows(plan: SqlPlan, attribute: str) -> tuple[bool, bool]:
+    """Which extra rows an attribute's sums need for its aggregates' bounds: Σ low and
+    Σ high (SUM, AVG of a binned attribute) and each bin's count (VAR, STDDEV)."""
+    if not plan.codes[attribute].binned:
+        return False, False
+    functions = {spec.function for spec in plan.aggregates if spec.attribute == attribute}
+    return bool(functions & {"sum", "avg"}), bool(functions & VARIANCES)
 
 
-def _moment_rows(codes: AttributeCodes, histogram: bool = False) -> np.ndarray:
+def _moment_rows(codes: AttributeCodes, edges: bool = False, histogram: bool = False) -> np.ndarray:
     rows = [codes.non_null, codes.points, codes.points**2]
+    if edges:
+        low, high = (np.zeros(codes.size) for _ in range(2))
+        low[: codes.value_count], high[: codes.value_count] = codes.intervals
+        rows += [low, high]
     if histogram:
         rows.extend(np.eye(codes.size)[: codes.value_count])
     return np.stack(rows)
@@ -90,7 +98,7 @@ def _term_query(
             matrix = np.diag(mask)
             shape.append(codes.size)
         elif name == attribute:
-            matrix = _moment_rows(codes, needs_histogram(plan, name)) * mask
+            matrix = _moment_rows(codes, *bound_rows(plan, name)) * mask
             rows_count = matrix.shape[0]
             shape.append(rows_count)
             moment_axis = len(shape) - 1
@@ -124,10 +132,12 @@ def group_cells(plan: SqlPlan) -> int:
 
 
 def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.ndarray]) -> Totals:
-    """The signed sum of the terms' answers: counts, sums and bin counts per group cell."""
+    """The signed sum of the terms' answers: counts, sums, edge sums and bin counts per
+    group cell."""
     cells = group_cells(plan)
     count = np.zeros(cells)
     sums = {a: np.zeros((cells, MOMENT_ROWS)) for a in plan.moment_attributes}
+    edges: dict[str, np.ndarray] = {}
     histograms: dict[str, np.ndarray] = {}
     for item, answer in zip(queries, answers, strict=True):
         coefficient = plan.terms[item.term][0]
@@ -139,13 +149,27 @@ def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.nda
             table = np.moveaxis(table, item.moment_axis, -1)
         table = coefficient * table.reshape(cells, item.rows)
         sums[item.attribute] += table[:, :MOMENT_ROWS]
-        if item.rows > MOMENT_ROWS:
-            histograms.setdefault(item.attribute, np.zeros((cells, item.rows - MOMENT_ROWS)))
-            histograms[item.attribute] += table[:, MOMENT_ROWS:]
+        if item.rows == MOMENT_ROWS:
+            continue
+        with_edges, with_histogram = bound_rows(plan, item.attribute)
+        start = MOMENT_ROWS
+        if with_edges:
+            edges.setdefault(item.attribute, np.zeros((cells, EDGE_ROWS)))
+            edges[item.attribute] += table[:, start : start + EDGE_ROWS]
+            start += EDGE_ROWS
+        if with_histogram:
+            histograms.setdefault(item.attribute, np.zeros((cells, item.rows - start)))
+            histograms[item.attribute] += table[:, start:]
     for attribute in plan.moment_attributes:
-        if attribute in plan.group and needs_histogram(plan, attribute):
-            histograms[attribute] = _grouped_histogram(plan, attribute, sums[attribute][:, 0])
-    return Totals(count, sums, histograms)
+        with_edges, with_histogram = bound_rows(plan, attribute)
+        if attribute in plan.group and (with_edges or with_histogram):
+            counts = _grouped_histogram(plan, attribute, sums[attribute][:, 0])
+            low, high = plan.codes[attribute].intervals
+            if with_edges:
+                edges[attribute] = np.stack([counts @ low, counts @ high], axis=1)
+            if with_histogram:
+                histograms[attribute] = counts
+    return Totals(count, sums, histograms, edges)
 
 
 def _grouped_histogram(plan: SqlPlan, attribute: str, present: np.ndarray) -> np.ndarray:

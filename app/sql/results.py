@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.pgm.bin_bounds import sum_range, variance_range
+from app.pgm.bin_bounds import variance_range, widen
 
 # ---- the parts of a compiled query this module reads --------------------------------
 
@@ -124,11 +124,13 @@ class SortKey:
 @dataclass(frozen=True)
 class Totals:
     """Per group cell: the count, per aggregated attribute its sums (cells × 3), and for
-    binned attributes whose SUM/AVG/VAR/STDDEV is asked, its bin counts (cells × bins)."""
+    binned attributes whose VAR/STDDEV is asked, its bin counts (cells × bins)."""
 
     count: np.ndarray
     sums: dict[str, np.ndarray]
     histograms: dict[str, np.ndarray] = field(default_factory=dict)
+    # Per binned attribute whose SUM/AVG is asked: Σ low and Σ high (cells × 2).
+    edges: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def aggregate_values(spec: AggregateSpec, totals: Totals, has_value: np.ndarray) -> np.ndarray:
@@ -171,23 +173,27 @@ def aggregate_bounds(
     high: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """What the bins' edges allow for one aggregate (`app.pgm.bin_bounds`), per group
-    cell, from the bin counts: SUM in [Σ n·low, Σ n·high], AVG that over Σ n, VAR and
-    STDDEV between the least and the greatest spread of values kept in their bins.
-    NaN where the estimate is NULL; None for aggregates without bounds. An attribute
-    without bin counts (one value per code) has bounds equal to its estimate."""
+    cell: SUM in [Σ n·low, Σ n·high] (the edge sums), AVG that over Σ n, VAR and STDDEV
+    between the least and the greatest spread of values kept in their bins (from the
+    bin counts). NaN where the estimate is NULL; None for aggregates without bounds. An
+    attribute without them (one value per code) has bounds equal to its estimate."""
     if spec.attribute is None or spec.function not in BOUNDED:
         return None
-    histogram = totals.histograms.get(spec.attribute)
-    if histogram is None:
-        return estimate.copy(), estimate.copy()
-    counts = np.maximum(histogram, 0.0)
-    n = counts.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         if spec.function in ("sum", "avg"):
-            least, greatest = sum_range(counts, low, high)
+            edges = totals.edges.get(spec.attribute)
+            if edges is None:
+                return estimate.copy(), estimate.copy()
+            least, greatest = widen(edges[:, 0], edges[:, 1])
             if spec.function == "avg":
+                n = totals.sums[spec.attribute][:, 0]
                 least, greatest = least / n, greatest / n
         else:
+            histogram = totals.histograms.get(spec.attribute)
+            if histogram is None:
+                return estimate.copy(), estimate.copy()
+            counts = np.maximum(histogram, 0.0)
+            n = counts.sum(axis=1)
             least, greatest = variance_range(counts, low, high)
             if spec.function.endswith("_samp"):
                 scale = np.where(n > 1, n / (n - 1), np.nan)

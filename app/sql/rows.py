@@ -119,8 +119,12 @@ def _ranges(
     if spec.attribute is not None:
         low, high = plan.codes[spec.attribute].intervals
         # Only the groups shown need bounds (a variance's bounds take a search each).
-        histograms = {name: table[cells] for name, table in totals.histograms.items()}
-        shown = Totals(totals.count[cells], {}, histograms)
+        shown = Totals(
+            totals.count[cells],
+            {name: table[cells] for name, table in totals.sums.items()},
+            {name: table[cells] for name, table in totals.histograms.items()},
+            {name: table[cells] for name, table in totals.edges.items()},
+        )
         found = aggregate_bounds(spec, shown, estimate[cells], low, high)
     if found is None:
         return [None] * len(cells)

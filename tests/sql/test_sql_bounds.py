@@ -153,3 +153,42 @@ def test_moments_skip_missing_values_and_bound_the_rest(world):
     exact = float((joint.counts * np.where(present, joint.code("hours"), 0)).sum())
     assert hours["values"][0] == pytest.approx(exact, rel=1e-9)
     assert hours["bounds"][0] == pytest.approx([exact, exact], rel=1e-6)
+
+
+def test_each_aggregate_alone_has_the_bounds_it_has_beside_the_others(world):
+    loaded_model, _ = world
+    together = answer(
+        loaded_model, "SELECT race, SUM(age), AVG(age), VAR_POP(age) FROM people GROUP BY race"
+    )
+    for position, function in enumerate(("SUM", "AVG", "VAR_POP"), start=1):
+        alone = answer(loaded_model, f"SELECT race, {function}(age) FROM people GROUP BY race")
+        for row_alone, row_together in zip(alone["bounds"], together["bounds"], strict=True):
+            assert row_alone[1] == pytest.approx(row_together[position], rel=1e-9)
+
+
+def test_grouped_by_the_attribute_an_average_lies_in_its_own_bin(world):
+    loaded_model, _ = world
+    result = answer(loaded_model, "SELECT age, AVG(age), VAR_POP(age) FROM people GROUP BY age")
+    labels = loaded_model.schema.attribute("age").labels()
+    for row, bounds in zip(result["rows"], result["bounds"], strict=True):
+        code = labels.index(row[0])
+        assert bounds[1] == pytest.approx([AGE_EDGES[code], AGE_EDGES[code + 1]], rel=1e-6)
+        # one bin: the least spread is 0, the greatest puts half at each edge
+        width = AGE_EDGES[code + 1] - AGE_EDGES[code]
+        assert bounds[2] == pytest.approx([0.0, width**2 / 4], rel=1e-6, abs=1e-9)
+
+
+def test_bounds_follow_their_rows_through_having_order_and_limit(world):
+    loaded_model, _ = world
+    plain = answer(loaded_model, "SELECT race, AVG(age) AS m FROM people GROUP BY race")
+    by_race = {
+        row[0]: bounds[1] for row, bounds in zip(plain["rows"], plain["bounds"], strict=True)
+    }
+    sorted_ = answer(
+        loaded_model,
+        "SELECT race, AVG(age) AS m FROM people GROUP BY race "
+        "HAVING COUNT(*) > 0 ORDER BY m DESC LIMIT 2",
+    )
+    assert len(sorted_["rows"]) == len(sorted_["bounds"]) == 2
+    for row, bounds in zip(sorted_["rows"], sorted_["bounds"], strict=True):
+        assert bounds[1] == pytest.approx(by_race[row[0]])
