@@ -38,6 +38,8 @@ def test_the_final_fit_s_plan_follows_from_the_model_s_cells_alone(
     assert final_fit_plan(10**7, MechanismOptions(final_fit_solver="auto")) == large
     assert final_fit_plan(2_400_000, options).max_iterations == 166
     assert final_fit_plan(10**9, options).max_iterations == options.final_min_iterations
+    capped = MechanismOptions(final_fit_iterations=3)  # the cap wins over the minimum
+    assert final_fit_plan(10**9, capped).max_iterations == 3
     assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 500  # the cap
     small = final_fit_plan(ADMM_MAX_CELLS, options)  # "auto" is ADMM here: to convergence
     assert small == FitPlan(None, options.final_fit_iterations, options.fit_tolerance)

@@ -95,8 +95,8 @@ def final_fit_plan(cells: int, options: MechanismOptions) -> FitPlan:
     Up to `ADMM_MAX_CELLS` cells "auto" (or None) is ADMM, to `fit_tolerance` within
     `final_fit_iterations`. Above, it is accelerated mirror descent
     (`app.pgm.estimators.accelerated`), warm-started from the last between-round model:
-    at most `final_fit_work` cells × iterations (at least `final_min_iterations`, at
-    most `final_fit_iterations`), stopped once the loss changes by less than
+    at most `final_fit_work` cells × iterations (but at least `final_min_iterations`),
+    never more than `final_fit_iterations`, stopped once the loss changes by less than
     `final_fit_tolerance` of itself in an iteration: a model of 2.4·10⁶ cells gets 166
     iterations, one of 10⁷ cells 40. A named iterative solver gets the same bounds.
     From the cells and the options only, so the same on a quiet or a busy machine."""
@@ -109,7 +109,7 @@ def final_fit_plan(cells: int, options: MechanismOptions) -> FitPlan:
     if named == "admm":
         return FitPlan(named, options.final_fit_iterations, options.fit_tolerance)
     by_work = options.final_fit_work // max(cells, 1)
-    iterations = max(options.final_min_iterations, min(options.final_fit_iterations, by_work))
+    iterations = min(options.final_fit_iterations, max(options.final_min_iterations, by_work))
     return FitPlan(named, iterations, options.final_fit_tolerance)
 
 
