@@ -217,10 +217,11 @@ class Settings(BaseSettings):
         "(the kernel caps it at net.core.somaxconn): a burst of clients waits instead of "
         "being refused.",
     )
-    fit_solver: Literal["auto", "admm", "mirror_descent", "dual_averaging"] = Field(
+    fit_solver: Literal["auto", "admm", "mirror_descent", "accelerated", "dual_averaging"] = Field(
         default="auto",
         description="Private-PGM solver for model fits; auto: ADMM for models up to "
-        "200,000 cells, mirror descent above.",
+        "200,000 cells, mirror descent above (a mechanism's final fit: accelerated "
+        "mirror descent above).",
     )
     fit_max_iterations: int = Field(default=5000, gt=0, description="Iteration cap of one fit.")
     fit_tolerance: float = Field(

@@ -68,7 +68,9 @@ def main() -> None:
     options = MechanismOptions(max_model_cells=max(args.cells, tree.total_cells))
     if args.final_iterations is not None:
         options = MechanismOptions(
-            max_model_cells=options.max_model_cells, final_fit_iterations=args.final_iterations
+            max_model_cells=options.max_model_cells,
+            final_fit_iterations=args.final_iterations,
+            final_min_iterations=1,
         )
     before = peak_mb()
     started = time.perf_counter()

@@ -16,17 +16,24 @@ and the answer also gives the figure for the largest model the request allows
   most of it late): `ROUND_FIT_ITERATIONS` iterations at `SECONDS_PER_CELL_ITERATION`, never more
   than the larger of the run's between-round work bounds (`round_admm_max_work`,
   `round_fit_work`), plus `SELECTION_SECONDS` to score its candidates;
-- the final fit runs `final_fit_iterations` (ADMM, up to 200k cells: about
-  `FINAL_ADMM_ITERATIONS`) on the final model.
+- the final fit on the final model: up to 200k cells ADMM, about
+  `FINAL_ADMM_ITERATIONS` iterations; above, accelerated mirror descent for the
+  iterations its plan allows (`fitting.final_fit_plan`: at most `final_fit_work` cells
+  × iterations, so at most about `final_fit_work` × `FINAL_SECONDS_PER_CELL_ITERATION`
+  whatever the model) at `FINAL_SECONDS_PER_CELL_ITERATION`.
 
-The constants come from this machine (2 cores): a mirror-descent iteration takes about
-0.4 µs a cell (issue 45's table: 500 iterations on 2.4M cells in 474 s on a quiet
-machine), an ADMM iteration 0.23–0.48 µs a cell (bench tables, CPU time). Against
-runs of AIM over all pairs (bench/eta.py): Adult at ε = 1 took 31 and 56 s at load 7–17
-and 190 s at load 20 (expected: 44 s; at most: 2,140 s), skewed 14 s (44 s); scale took
-74–84 s at load 2–3 (docs/scaling.md; 117 s); issue 45's table at ρ = 0.5 took 592 s on
-a quiet machine (614 s; one of the calibration points). A figure to plan by on a quiet
-machine, within a factor of about three, not a promise.
+The constants come from this machine (2 cores): a between-round iteration about 0.4 µs
+a cell (mirror descent on the sparse measurement matrix: 500 iterations on 2.4M cells
+in 474 s on a quiet machine; summing cliques instead, `app.pgm.problem`, it takes
+about 0.15 µs of CPU), an ADMM iteration 0.23–0.48 µs a cell (bench tables, CPU
+time), an accelerated final-fit iteration about 0.23 µs of CPU a cell
+(bench/final_fit_plan.py, 475k cells). Against runs of AIM over all pairs
+(bench/eta.py): Adult at ε = 1 took 31 and 56 s at load 7–17 and 190 s at load 20
+(expected: 44 s; at most: 2,140 s), skewed 14 s (44 s); scale took 74–84 s at load
+2–3 (docs/scaling.md; 117 s); a 336k-row, 13-attribute table at ρ = 0.5 took 592 s
+on a quiet machine with a final fit of 500 mirror-descent iterations (474 s of it; one
+of the calibration points), where the final fit's plan expects 100 s of 230 s. A
+figure to plan by on a quiet machine, within a factor of about three, not a promise.
 """
 
 from __future__ import annotations
@@ -37,9 +44,11 @@ from typing import Any
 from app.pgm.domain import Domain
 from app.pgm.estimation import ADMM_MAX_CELLS
 from app.pgm.junction_tree import model_cells
+from app.privacy.mechanisms.fitting import final_fit_plan
 from app.privacy.mechanisms.options import MechanismOptions
 
 SECONDS_PER_CELL_ITERATION = 0.4e-6
+FINAL_SECONDS_PER_CELL_ITERATION = 0.25e-6  # the final fit above ADMM's size
 ROUND_FIT_ITERATIONS = 150
 ROUND_MODEL_SHARE = 0.25  # a between-round model, on average, of the final one
 FINAL_ADMM_ITERATIONS = 300  # an ADMM final fit converges in a few hundred (Adult: 438)
@@ -75,10 +84,11 @@ def _seconds(cells: int, selection_rounds: int, options: MechanismOptions) -> tu
         max(options.round_admm_max_work, options.round_fit_work),
     )
     per_round = round_work * SECONDS_PER_CELL_ITERATION + SELECTION_SECONDS
-    iterations = options.final_fit_iterations
+    plan = final_fit_plan(cells, options)
     if cells <= ADMM_MAX_CELLS:  # the final fit's "auto" solver is ADMM
-        iterations = min(iterations, FINAL_ADMM_ITERATIONS)
-    return per_round, cells * iterations * SECONDS_PER_CELL_ITERATION
+        iterations = min(plan.max_iterations, FINAL_ADMM_ITERATIONS)
+        return per_round, cells * iterations * SECONDS_PER_CELL_ITERATION
+    return per_round, cells * plan.max_iterations * FINAL_SECONDS_PER_CELL_ITERATION
 
 
 def expected_run_time(

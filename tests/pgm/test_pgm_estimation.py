@@ -40,7 +40,12 @@ def _exact_measurements(data: np.ndarray, sets=CYCLE) -> list[Measurement]:
 
 
 # Iterations each solver needs on the small exact problem (dual averaging is O(1/t²)).
-RECOVERY_ITERATIONS = {"admm": 3000, "mirror_descent": 3000, "dual_averaging": 2500}
+RECOVERY_ITERATIONS = {
+    "admm": 3000,
+    "mirror_descent": 3000,
+    "accelerated": 3000,
+    "dual_averaging": 2500,
+}
 
 
 @pytest.mark.parametrize("solver", CONCRETE_SOLVERS)

@@ -22,9 +22,9 @@ from app.privacy.mechanisms.fitting import FitPlan, final_fit_plan, fit_model, f
 def test_the_final_fit_s_plan_follows_from_the_model_s_cells_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Mirror descent above ADMM's size: final_fit_work / cells iterations, within
-    [final_min_iterations, final_fit_iterations], at final_fit_tolerance; ADMM below, to
-    fit_tolerance. No clock is read: the same plan on a quiet or a busy machine."""
+    """Accelerated mirror descent above ADMM's size: final_fit_work / cells iterations,
+    within [final_min_iterations, final_fit_iterations], at final_fit_tolerance; ADMM
+    below, to fit_tolerance. No clock is read: the same plan on a quiet or a busy machine."""
 
     def no_clock() -> float:
         raise AssertionError("the plan read a clock")
@@ -34,9 +34,12 @@ def test_the_final_fit_s_plan_follows_from_the_model_s_cells_alone(
     monkeypatch.setattr(time, "time", no_clock)
     options = MechanismOptions()
     large = final_fit_plan(10**7, options)
-    assert large == FitPlan(None, 40, options.final_fit_tolerance)
+    assert large == FitPlan("accelerated", 40, options.final_fit_tolerance)
+    assert final_fit_plan(10**7, MechanismOptions(final_fit_solver="auto")) == large
     assert final_fit_plan(2_400_000, options).max_iterations == 166
     assert final_fit_plan(10**9, options).max_iterations == options.final_min_iterations
+    capped = MechanismOptions(final_fit_iterations=3)  # the cap wins over the minimum
+    assert final_fit_plan(10**9, capped).max_iterations == 3
     assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 500  # the cap
     small = final_fit_plan(ADMM_MAX_CELLS, options)  # "auto" is ADMM here: to convergence
     assert small == FitPlan(None, options.final_fit_iterations, options.fit_tolerance)
@@ -198,3 +201,26 @@ def test_the_operator_handles_a_measurement_over_a_whole_clique() -> None:
     x, g = rng.random(problem.n), rng.random(problem.rows)
     np.testing.assert_allclose(problem.answers(x), problem.M @ x, atol=1e-12)
     np.testing.assert_allclose(problem.adjoint(g), problem.MT @ g, atol=1e-12)
+
+
+def test_the_dry_run_s_estimate_of_a_large_final_fit_follows_its_plan() -> None:
+    """Above ADMM's size the estimate is the model's cells × the plan's iterations (so a
+    smaller final_fit_work is a shorter expected run), from public sizes only."""
+    from app.services import run_time
+
+    domain = Domain(("p", "q", "r", "s"), (300, 300, 300, 300))
+    workload = [("p", "q"), ("q", "r"), ("r", "s")]  # a chain: 270,000 cells at most
+    estimates = {}
+    for work in (400_000_000, 2_700_000):
+        options = MechanismOptions(final_fit_work=work)
+        answer = run_time.expected_run_time(
+            domain, workload, rho=50.0, max_model_cells=10**7, selection_rounds=10, options=options
+        )
+        basis = answer["run_time"]
+        cells = basis["expected_model_cells"]
+        assert cells == basis["model_cells_at_most"] == 270_000 > ADMM_MAX_CELLS
+        iterations = final_fit_plan(cells, options).max_iterations
+        expected = cells * iterations * run_time.FINAL_SECONDS_PER_CELL_ITERATION
+        assert basis["final_fit_seconds"] == pytest.approx(expected, abs=0.05)
+        estimates[work] = basis["final_fit_seconds"]
+    assert estimates[2_700_000] < estimates[400_000_000]  # 25 iterations instead of 500

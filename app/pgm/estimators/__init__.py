@@ -17,6 +17,7 @@ the estimator by name from its registry and records the run; it is the only call
 To add an estimator: a module here with its `estimate`, and one line in that registry.
 
 - `mirror_descent` — Private-PGM Algorithm 1 on the potentials.
+- `accelerated` — Algorithm 1 from Nesterov's extrapolated point, with adaptive restart.
 - `dual_averaging` — Private-PGM Algorithm 2, smooth (all-Gaussian) losses only.
 - `admm` — a QP over the clique marginals, solved by ADMM with exact equalities.
 - `max_entropy` — not an estimator: the proportional-fitting step that moves the

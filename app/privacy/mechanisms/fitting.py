@@ -28,6 +28,9 @@ from app.pgm.model import GraphicalModel
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs
 
+# The final fit's solver above ADMM's size: mirror descent with momentum and restarts.
+FINAL_FIT_SOLVER = "accelerated"
+
 Stage = Literal["measured", "fitting", "fitted", "final fit", "done"]
 
 
@@ -89,22 +92,25 @@ class FitPlan:
 def final_fit_plan(cells: int, options: MechanismOptions) -> FitPlan:
     """The plan of the run's last fit on a model of `cells` cells.
 
-    ADMM (the "auto" solver up to `ADMM_MAX_CELLS` cells, or named) runs to
-    `fit_tolerance` within `final_fit_iterations`. Mirror descent, warm-started from the
-    last between-round model, runs at most `final_fit_work` cells × iterations (at least
-    `final_min_iterations`, at most `final_fit_iterations`) and stops once the loss
-    changes by less than `final_fit_tolerance` of itself in an iteration: a model of
-    2.4·10⁶ cells gets 166 iterations, one of 10⁷ cells 40. From the cells and the
-    options only, so the same on a quiet or a busy machine."""
+    Up to `ADMM_MAX_CELLS` cells "auto" (or None) is ADMM, to `fit_tolerance` within
+    `final_fit_iterations`. Above, it is accelerated mirror descent
+    (`app.pgm.estimators.accelerated`), warm-started from the last between-round model:
+    at most `final_fit_work` cells × iterations (but at least `final_min_iterations`),
+    never more than `final_fit_iterations`, stopped once the loss changes by less than
+    `final_fit_tolerance` of itself in an iteration: a model of 2.4·10⁶ cells gets 166
+    iterations, one of 10⁷ cells 40. A named iterative solver gets the same bounds.
+    From the cells and the options only, so the same on a quiet or a busy machine."""
     solver = options.final_fit_solver
-    named = solver if solver is not None else "auto"
+    named = "auto" if solver is None else solver
     if named == "auto":
-        named = "admm" if cells <= ADMM_MAX_CELLS else "mirror_descent"
-    if named != "mirror_descent":
-        return FitPlan(solver, options.final_fit_iterations, options.fit_tolerance)
+        if cells <= ADMM_MAX_CELLS:
+            return FitPlan(solver, options.final_fit_iterations, options.fit_tolerance)
+        named = FINAL_FIT_SOLVER
+    if named == "admm":
+        return FitPlan(named, options.final_fit_iterations, options.fit_tolerance)
     by_work = options.final_fit_work // max(cells, 1)
-    iterations = max(options.final_min_iterations, min(options.final_fit_iterations, by_work))
-    return FitPlan(solver, iterations, options.final_fit_tolerance)
+    iterations = min(options.final_fit_iterations, max(options.final_min_iterations, by_work))
+    return FitPlan(named, iterations, options.final_fit_tolerance)
 
 
 def fit_plan(

@@ -64,8 +64,7 @@ class MechanismOptions:
     # 6; with ADMM only up to 50,000 cells it was 0.0403); above, a warm-started mirror-descent fit
     # of at most `fit_iterations` iterations, stopped early at `round_fit_tolerance`
     # (each round adds one measurement, and its cost is linear in the model's cells).
-    # The final fit, which the result and the bounds refer to, runs app.pgm's default
-    # solver to convergence.
+    # The final fit, which the result and the bounds refer to, has its own plan (below).
     fit_solver: str | None = "auto"
     round_admm_max_cells: int = 200_000
     fit_iterations: int = 300
@@ -82,13 +81,14 @@ class MechanismOptions:
     # run). A count, not a time: the same on a quiet or a busy machine (`fitting`). On the
     # bench tables it leaves ADMM where a 2 s rule on a quiet machine did (docs/mechanisms.md).
     round_admm_max_work: int = 6_000_000
-    final_fit_solver: str | None = None  # None: app.pgm's default
+    final_fit_solver: str | None = None  # None (or "auto"): by the model's size, below
     # The final fit (`fitting.final_fit_plan`): ADMM (up to 200k cells) to
-    # `fit_tolerance` within `final_fit_iterations`; above, mirror descent warm-started
-    # from the last between-round model, of at most `final_fit_work` cells × iterations
-    # (at least `final_min_iterations`, at most `final_fit_iterations`), stopped once the
-    # loss changes by less than `final_fit_tolerance` of itself (docs/mechanisms.md has
-    # the figures behind these values). A count, not a time: the same on any machine.
+    # `fit_tolerance` within `final_fit_iterations`; above, accelerated mirror descent
+    # warm-started from the last between-round model, of at most `final_fit_work` cells ×
+    # iterations (but at least `final_min_iterations`; never more than
+    # `final_fit_iterations`), stopped once the loss changes by less than
+    # `final_fit_tolerance` of itself (docs/mechanisms.md has the figures behind these
+    # values). A count, not a time: the same plan on a quiet or a busy machine.
     final_fit_iterations: int = 500
     final_fit_work: int = 400_000_000
     final_min_iterations: int = 25
