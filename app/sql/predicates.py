@@ -112,7 +112,7 @@ class AttributeCodes:
         return points, points
 
     @cached_property
-    def intervals(self) -> list[tuple[float, float, bool]]:
+    def code_intervals(self) -> list[tuple[float, float, bool]]:
         """Each value code's (low, high, closed_high), as `Attribute.bin_interval`."""
         lows, highs, closed = self.attribute.intervals()
         return list(zip(lows.tolist(), highs.tolist(), closed.tolist(), strict=True))
@@ -214,7 +214,7 @@ def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -
         return (true, values & ~true) if op == "=" else (values & ~true, true)
     number = _number(codes, value, at)
     true = false = 0
-    for code, (low, high, closed) in enumerate(codes.intervals):
+    for code, (low, high, closed) in enumerate(codes.code_intervals):
         if codes.kind == "integer" and op in ("=", "<>"):
             holds: bool | None = _integers_equal(int(low), int(high), number)
             holds = holds if holds is None or op == "=" else not holds
