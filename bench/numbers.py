@@ -12,7 +12,9 @@ worker runs the jobs as the service does. Each release's AVG is
 Σ n̂_b · mean_b / Σ n̂_b with the model's counts n̂_b, mean_b = low + width ·
 clip(S_b / n̂_b, 0, 1) (`app.services.within_bin_means.means_from`); the midpoints'
 AVG uses the same counts. Relative errors are |estimate − truth| / |truth|, and the
-median over the releases is printed with the worst.
+median over the releases is printed with the worst. `answered` is what the service
+itself answers to `SELECT AVG(dep_delay)` once every release is in (they are combined
+by inverse-variance weights), with its estimate's method and bounds.
 
 The median (the 50th percentile) from the model is the quantiles work's
 (`MEDIAN`, `GET /quantiles`), not on this branch: `median` is printed as null.
@@ -133,6 +135,11 @@ def main() -> None:
                 params={"attrs": "dep_delay"},
                 headers=headers,
             ).json()
+            answered = client.post(
+                f"/v1/datasets/{dataset_id}/sql",
+                json={"query": 'SELECT AVG(dep_delay) AS mean FROM "delays"'},
+                headers=headers,
+            ).json()
         counts = np.asarray(marginal["counts"], dtype=np.float64)
         with database.read_only() as session:
             releases = session.query(MeasurementRecord).filter_by(kind="within_bin_means").all()
@@ -159,6 +166,10 @@ def main() -> None:
             "within_bin_means": [round(v, 4) for v in by_means],
             "within_bin_means_rel_error_median": round(statistics.median(errors), 5),
             "within_bin_means_rel_error_max": round(max(errors), 5),
+            "answered": round(answered["rows"][0][0], 4),
+            "answered_estimate": answered["estimates"][0],
+            "answered_bounds": [round(b, 4) for b in answered["bounds"][0][0]],
+            "answered_rel_error": round(abs(answered["rows"][0][0] - truth) / abs(truth), 5),
         },
         "median": None,
         "median_note": "model quantiles are the quantiles work's; not on this branch",

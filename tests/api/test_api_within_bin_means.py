@@ -137,6 +137,9 @@ def test_within_bin_means_bring_the_average_back_at_rho_half(
     assert job["model_version"] == 2  # the version that covers them
     assert ledger_units(database, dataset_id) - before == 10**12  # 0.5 + 0.5, charged
 
+    model = client.get(f"/v1/datasets/{dataset_id}/model", headers=headers).json()
+    assert model["within_bin_means"] == [{"attribute": "dep_delay", "releases": 1, "rho": 0.5}]
+    assert model["measurement_count"] == 1  # the fit is over the marginal alone
     by_means, method, (low, high) = sql_average(client, delayed)
     assert method == "within-bin means"
     assert abs(by_means - truth) / truth < 0.02

@@ -207,6 +207,12 @@ class ModelMeasurementOut(BaseModel):
     scale: float | None = Field(default=None, description="Laplace scale b (Laplace only).")
 
 
+class ModelWithinBinOut(BaseModel):
+    attribute: str
+    releases: int = Field(description="How many releases of it are combined.")
+    rho: float = Field(description="What they cost, together.")
+
+
 class ModelOut(BaseModel):
     version: int
     cliques: list[list[str]]
@@ -217,6 +223,10 @@ class ModelOut(BaseModel):
     fit_seconds: float
     measurement_count: int
     measurements: list[ModelMeasurementOut]
+    within_bin_means: list[ModelWithinBinOut] = Field(
+        default_factory=list,
+        description="The within-bin means releases this version's answers use, by attribute.",
+    )
 
 
 class MarginalOut(BaseModel):

@@ -90,4 +90,8 @@ def model_description(loaded: LoadedModel) -> dict[str, Any]:
         "fit_seconds": loaded.seconds,
         "measurement_count": len(loaded.measurements),
         "measurements": measurements,
+        "within_bin_means": [
+            {"attribute": name, "releases": sums.releases, "rho": sums.rho}
+            for name, sums in sorted(loaded.within_bins.items())
+        ],
     }
