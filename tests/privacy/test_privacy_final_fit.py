@@ -34,18 +34,23 @@ def test_the_final_fit_s_plan_follows_from_the_model_s_cells_alone(
     monkeypatch.setattr(time, "time", no_clock)
     options = MechanismOptions()
     large = final_fit_plan(10**7, options)
-    assert large == FitPlan("accelerated", 25, options.final_fit_tolerance)  # the minimum
+    assert large == FitPlan("accelerated", 100, options.final_fit_tolerance)  # the minimum
     assert final_fit_plan(10**7, MechanismOptions(final_fit_solver="auto")) == large
-    assert final_fit_plan(2_400_000, options).max_iterations == 62
-    assert final_fit_plan(480_000, options).max_iterations == 312
+    assert final_fit_plan(2_400_000, options).max_iterations == 100
+    assert final_fit_plan(480_000, options).max_iterations == 156
+    assert final_fit_plan(270_000, options).max_iterations == 277
     assert final_fit_plan(10**9, options).max_iterations == options.final_min_iterations
     capped = MechanismOptions(final_fit_iterations=3)  # the cap wins over the minimum
     assert final_fit_plan(10**9, capped).max_iterations == 3
-    assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 500  # the cap
+    assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 374
+    assert (
+        final_fit_plan(ADMM_MAX_CELLS + 1, MechanismOptions(final_fit_work=10**9)).max_iterations
+        == 500
+    )  # the cap
     small = final_fit_plan(ADMM_MAX_CELLS, options)  # "auto" is ADMM here: to convergence
     assert small == FitPlan(None, options.final_fit_iterations, options.fit_tolerance)
     named = MechanismOptions(final_fit_solver="mirror_descent", final_fit_work=1000)
-    assert final_fit_plan(100, named) == FitPlan("mirror_descent", 25, 1e-6)
+    assert final_fit_plan(100, named) == FitPlan("mirror_descent", 100, 1e-6)
     # fit_plan(final=True) is this plan of the measured sets' model
     sets = [("a", "b"), ("b", "c"), ("d",)]
     cells = model_cells(DOMAIN, sets)
@@ -231,4 +236,4 @@ def test_the_dry_run_s_estimate_of_a_large_final_fit_follows_its_plan() -> None:
         expected = cells * iterations * run_time.FINAL_SECONDS_PER_CELL_ITERATION
         assert basis["final_fit_seconds"] == pytest.approx(expected, abs=0.05)
         estimates[work] = basis["final_fit_seconds"]
-    assert estimates[2_700_000] < estimates[400_000_000]  # 25 iterations instead of 500
+    assert estimates[2_700_000] < estimates[400_000_000]  # 100 iterations (the minimum), not 500

@@ -146,11 +146,11 @@ def test_a_large_model_s_final_fit_is_expected_at_its_plan_s_iterations() -> Non
     )
     reports.update(event("measured", 1, 0.05))
     clock.now = 1.0
-    cells = 3_000_000  # 1.5·10⁸ / 3·10⁶: 50 iterations
+    cells = 500_000  # 7.5·10⁷ / 5·10⁵: 150 iterations
     rate = 2.0 / (10 * cells)  # its last fit: 10 iterations in 2 s
     reports.update(event("fitted", 1, 0.05, fit=fitted(2.0, 10, cells, "mirror_descent")))
     clock.now = 4.0
     update = reports.update(event("measured", 2, 0.15))
     assert update is not None
-    assert final_fit_plan(cells, options).max_iterations == 50
-    assert update["eta_seconds"] == pytest.approx(8.5 * 4.0 + 50 * cells * rate)
+    assert final_fit_plan(cells, options).max_iterations == 150
+    assert update["eta_seconds"] == pytest.approx(8.5 * 4.0 + 150 * cells * rate)
