@@ -39,6 +39,7 @@ from typing import Any
 
 from app.pgm.estimation import ADMM_MAX_CELLS, FitRecord
 from app.privacy.mechanisms import Progress
+from app.privacy.mechanisms.fitting import FINAL_FIT_SOLVER
 
 MIN_REPORT_SECONDS = 1.0
 # A round's expected time is the mean of the last few rounds' (rounds slow down as the
@@ -66,7 +67,7 @@ def finite(value: float | None) -> float | None:
 def final_solver(configured: str | None, cells: int) -> str:
     """The solver app.pgm's fit will run for the final fit of a model of `cells` cells."""
     if configured is None or configured == "auto":
-        return "admm" if cells <= ADMM_MAX_CELLS else "mirror_descent"
+        return "admm" if cells <= ADMM_MAX_CELLS else FINAL_FIT_SOLVER
     return configured
 
 
@@ -96,6 +97,10 @@ class RunTimes:
             return None
         solver = final_solver(self.final_solver, self.model_cells)
         timed = self.fits.get(solver)
+        if timed is None and solver == FINAL_FIT_SOLVER:
+            # never run between rounds: mirror descent's rate (its iteration is the same
+            # step, with one more belief-propagation pass)
+            timed = self.fits.get("mirror_descent")
         if timed is None:
             return None
         rate, last_iterations = timed

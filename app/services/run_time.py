@@ -32,7 +32,8 @@ time), an accelerated final-fit iteration about 0.23 µs of CPU a cell
 (expected: 44 s; at most: 2,140 s), skewed 14 s (44 s); scale took 74–84 s at load
 2–3 (docs/scaling.md; 117 s); a 336k-row, 13-attribute table at ρ = 0.5 took 592 s
 on a quiet machine with a final fit of 500 mirror-descent iterations (474 s of it; one
-of the calibration points), where the final fit's plan expects 100 s of 230 s. A
+of the calibration points), where the final fit's plan (100 accelerated iterations)
+expects 61 s of 191 s. A
 figure to plan by on a quiet machine, within a factor of about three, not a promise.
 """
 

@@ -34,17 +34,23 @@ def test_the_final_fit_s_plan_follows_from_the_model_s_cells_alone(
     monkeypatch.setattr(time, "time", no_clock)
     options = MechanismOptions()
     large = final_fit_plan(10**7, options)
-    assert large == FitPlan("accelerated", 40, options.final_fit_tolerance)
+    assert large == FitPlan("accelerated", 100, options.final_fit_tolerance)  # the minimum
     assert final_fit_plan(10**7, MechanismOptions(final_fit_solver="auto")) == large
-    assert final_fit_plan(2_400_000, options).max_iterations == 166
+    assert final_fit_plan(2_400_000, options).max_iterations == 100
+    assert final_fit_plan(480_000, options).max_iterations == 156
+    assert final_fit_plan(270_000, options).max_iterations == 277
     assert final_fit_plan(10**9, options).max_iterations == options.final_min_iterations
     capped = MechanismOptions(final_fit_iterations=3)  # the cap wins over the minimum
     assert final_fit_plan(10**9, capped).max_iterations == 3
-    assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 500  # the cap
+    assert final_fit_plan(ADMM_MAX_CELLS + 1, options).max_iterations == 374
+    assert (
+        final_fit_plan(ADMM_MAX_CELLS + 1, MechanismOptions(final_fit_work=10**9)).max_iterations
+        == 500
+    )  # the cap
     small = final_fit_plan(ADMM_MAX_CELLS, options)  # "auto" is ADMM here: to convergence
     assert small == FitPlan(None, options.final_fit_iterations, options.fit_tolerance)
     named = MechanismOptions(final_fit_solver="mirror_descent", final_fit_work=1000)
-    assert final_fit_plan(100, named) == FitPlan("mirror_descent", 25, 1e-6)
+    assert final_fit_plan(100, named) == FitPlan("mirror_descent", 100, 1e-6)
     # fit_plan(final=True) is this plan of the measured sets' model
     sets = [("a", "b"), ("b", "c"), ("d",)]
     cells = model_cells(DOMAIN, sets)
@@ -88,7 +94,9 @@ def test_the_measurement_operator_is_the_sparse_matrix_without_building_it() -> 
     rng = np.random.default_rng(3)
     measurements = _measurements(rng)
     tree = build_junction_tree(DOMAIN, [m.attributes for m in measurements])
-    problem = FitProblem(tree, measurements, 2000.0)
+    problem = FitProblem(tree, measurements, 2000.0, sparse_max_entries=0)
+    assert not problem.sparse  # (a model this small would use the matrix by default)
+    assert FitProblem(tree, measurements, 2000.0).sparse
     x = rng.random(problem.n)
     value, gradient = problem.loss_and_gradient(x)
     assert "M" not in vars(problem)  # the lean path: no sparse matrix so far
@@ -161,9 +169,13 @@ def test_aim_s_final_fit_reports_its_iterations_and_losses_up_to_its_plan() -> N
     assert result.fit.solver == "mirror_descent" and result.fit.max_iterations == cap
 
 
-def test_the_lean_operator_fits_the_same_model_as_the_sparse_matrix() -> None:
-    """A mirror-descent fit on the lean operator and one on the explicit sparse matrix
-    (the operator before it) end at the same model, within rounding."""
+def test_the_lean_operator_fits_the_same_model_as_the_sparse_matrix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mirror-descent fit on the lean operator (as on a large model) and one on the
+    explicit sparse matrix end at the same model, within rounding."""
+    import app.pgm.problem as problem_module
+
     rng = np.random.default_rng(8)
     measurements = [m for m in _measurements(rng) if m.noise == "gaussian"]
     options = MechanismOptions(
@@ -171,6 +183,7 @@ def test_the_lean_operator_fits_the_same_model_as_the_sparse_matrix() -> None:
     )
     sets = [m.attributes for m in measurements]
     plan = fit_plan(DOMAIN, sets, options, final=True)
+    monkeypatch.setattr(problem_module, "SPARSE_MAX_ENTRIES", 0)
     lean, _ = fit_model(DOMAIN, measurements, options, None, plan)
 
     class Sparse(FitProblem):
@@ -197,7 +210,7 @@ def test_the_operator_handles_a_measurement_over_a_whole_clique() -> None:
     rng = np.random.default_rng(1)
     sets = [("z", "x", "y"), ("y",), ("y", "x")]
     measurements = [Measurement(s, rng.random(domain.cells(s)), "gaussian", 1.0) for s in sets]
-    problem = FitProblem(build_junction_tree(domain, sets), measurements, 1.0)
+    problem = FitProblem(build_junction_tree(domain, sets), measurements, 1.0, 0)
     x, g = rng.random(problem.n), rng.random(problem.rows)
     np.testing.assert_allclose(problem.answers(x), problem.M @ x, atol=1e-12)
     np.testing.assert_allclose(problem.adjoint(g), problem.MT @ g, atol=1e-12)
@@ -223,4 +236,4 @@ def test_the_dry_run_s_estimate_of_a_large_final_fit_follows_its_plan() -> None:
         expected = cells * iterations * run_time.FINAL_SECONDS_PER_CELL_ITERATION
         assert basis["final_fit_seconds"] == pytest.approx(expected, abs=0.05)
         estimates[work] = basis["final_fit_seconds"]
-    assert estimates[2_700_000] < estimates[400_000_000]  # 25 iterations instead of 500
+    assert estimates[2_700_000] < estimates[400_000_000]  # 100 iterations (the minimum), not 500

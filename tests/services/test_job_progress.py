@@ -127,3 +127,30 @@ def test_an_admm_final_fit_is_expected_to_run_as_long_as_the_last_admm_fit() -> 
     # past 120 it converges more slowly than the last ADMM fit: as many again (to the cap)
     late = reports.update(event("final fit", 2, 1.0, iteration=200, max_iterations=500))
     assert late is not None and late["eta_seconds"] == pytest.approx(200 * 0.1)
+
+
+def test_a_large_model_s_final_fit_is_expected_at_its_plan_s_iterations() -> None:
+    """Above ADMM's size the final fit is accelerated mirror descent: expected at the
+    plan's iterations for the model's cells, at the rate of the run's last mirror-descent
+    fit (the final fit's solver never runs between rounds)."""
+    from app.privacy.mechanisms import MechanismOptions
+    from app.privacy.mechanisms.fitting import final_fit_plan
+
+    clock = Clock()
+    options = MechanismOptions()
+    reports = MechanismProgress(
+        rho_total=1.0,
+        final_fit_solver="auto",
+        final_fit_iterations=lambda cells: final_fit_plan(cells, options).max_iterations,
+        clock=clock,
+    )
+    reports.update(event("measured", 1, 0.05))
+    clock.now = 1.0
+    cells = 500_000  # 7.5·10⁷ / 5·10⁵: 150 iterations
+    rate = 2.0 / (10 * cells)  # its last fit: 10 iterations in 2 s
+    reports.update(event("fitted", 1, 0.05, fit=fitted(2.0, 10, cells, "mirror_descent")))
+    clock.now = 4.0
+    update = reports.update(event("measured", 2, 0.15))
+    assert update is not None
+    assert final_fit_plan(cells, options).max_iterations == 150
+    assert update["eta_seconds"] == pytest.approx(8.5 * 4.0 + 150 * cells * rate)

@@ -90,8 +90,8 @@ class MechanismOptions:
     # `final_fit_tolerance` of itself (docs/mechanisms.md has the figures behind these
     # values). A count, not a time: the same plan on a quiet or a busy machine.
     final_fit_iterations: int = 500
-    final_fit_work: int = 400_000_000
-    final_min_iterations: int = 25
+    final_fit_work: int = 75_000_000
+    final_min_iterations: int = 100
     final_fit_tolerance: float = 1e-6
     fit_tolerance: float = 1e-7  # of ADMM fits (final, and between rounds)
     round_fit_tolerance: float = 1e-4  # of mirror-descent fits between rounds
