@@ -27,9 +27,7 @@ GRID = 1 << 16
 def is_binned(attribute: Attribute) -> bool:
     """Whether a code of the attribute holds more than one value (numeric, or integer
     with bins wider than one integer)."""
-    if attribute.kind == "numeric":
-        return True
-    return bool(getattr(attribute, "is_binned", False))
+    return attribute.kind != "categorical" and attribute.is_binned
 
 
 def code_intervals(attribute: Attribute) -> tuple[np.ndarray, np.ndarray]:
@@ -38,13 +36,8 @@ def code_intervals(attribute: Attribute) -> tuple[np.ndarray, np.ndarray]:
     whose codes are not bins."""
     if not is_binned(attribute):
         raise ValueError(f"attribute {attribute.name!r} is not binned")
-    interval = getattr(attribute, "bin_interval", None)
-    if interval is not None:
-        ends = [interval(code)[:2] for code in range(attribute.value_size)]
-        lows, highs = zip(*ends, strict=True)
-        return np.asarray(lows, dtype=np.float64), np.asarray(highs, dtype=np.float64)
-    edges = np.asarray(attribute.edges, dtype=np.float64)
-    return edges[:-1].copy(), edges[1:].copy()
+    lows, highs, _closed = attribute.intervals()
+    return lows.copy(), highs.copy()
 
 
 def quantized_fractions(attribute: Attribute, values: np.ndarray, codes: np.ndarray) -> np.ndarray:

@@ -15,8 +15,6 @@ closed [eᵢ, eᵢ₊₁], which contains it. An integer bin holds the integers 
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from app.pgm.bin_bounds import BinValues
@@ -37,10 +35,7 @@ __all__ = [
 
 def is_binned(attribute: Attribute) -> bool:
     """Whether a code of the attribute holds more than one value."""
-    flag: Any = getattr(attribute, "is_binned", None)
-    if flag is None:
-        return attribute.kind == "numeric"
-    return bool(flag() if callable(flag) else flag)
+    return attribute.kind != "categorical" and attribute.is_binned
 
 
 def code_intervals(attribute: Attribute) -> tuple[np.ndarray, np.ndarray]:
@@ -50,17 +45,8 @@ def code_intervals(attribute: Attribute) -> tuple[np.ndarray, np.ndarray]:
             f"attribute {attribute.name!r} is categorical and has no numeric value (moments "
             "and sums need a numeric or integer attribute)"
         )
-    interval: Any = getattr(attribute, "bin_interval", None)
-    if interval is not None:
-        pairs = [interval(code) for code in range(attribute.value_size)]
-        low = np.array([float(pair[0]) for pair in pairs])
-        high = np.array([float(pair[1]) for pair in pairs])
-        return low, high
-    if attribute.kind == "numeric":
-        edges = np.asarray(attribute.edges, dtype=np.float64)
-        return edges[:-1].copy(), edges[1:].copy()
-    points = np.asarray(attribute.midpoints(), dtype=np.float64)
-    return points, points.copy()
+    lows, highs, _closed = attribute.intervals()
+    return lows.copy(), highs.copy()
 
 
 def attribute_bin_values(attribute: Attribute, means: np.ndarray | None = None) -> BinValues:
