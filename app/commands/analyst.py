@@ -96,7 +96,16 @@ def _wait_for(service: Service, job_id: str, *, as_json: bool) -> int:
 
 
 def measure(args: argparse.Namespace, service: Service) -> int:
-    body = {"marginals": _marginals(args.marginals, "MARGINAL"), "noise": args.noise}
+    if args.within_bin_means and args.marginals:
+        raise ServiceProblem("give marginals or --within-bin-means, not both")
+    body: dict[str, Any]
+    if args.within_bin_means:
+        names = [name.strip() for name in args.within_bin_means]
+        body = {"within_bin_means": names, "noise": args.noise}
+    else:
+        if not args.marginals:
+            raise ServiceProblem("name at least one MARGINAL (or --within-bin-means ATTRIBUTE)")
+        body = {"marginals": _marginals(args.marginals, "MARGINAL"), "noise": args.noise}
     return _submit(args, service, "/measurements", body | _privacy_amount(args))
 
 
@@ -240,7 +249,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         commands, "measure", measure, "measure noisy marginals (spends ρ; --dry-run is free)"
     )
     measuring.add_argument(
-        "marginals", nargs="+", metavar="MARGINAL", help="attributes, comma-separated: age,sex"
+        "marginals", nargs="*", metavar="MARGINAL", help="attributes, comma-separated: age,sex"
+    )
+    measuring.add_argument(
+        "--within-bin-means",
+        action="append",
+        default=[],
+        metavar="ATTRIBUTE",
+        help="instead: noisy sums of where values lie within a numeric attribute's bins, "
+        "which answers then use instead of midpoints (repeatable)",
     )
     measuring.add_argument("--noise", choices=("gaussian", "laplace"), default="gaussian")
     _amount_flags(measuring, noise=True)
