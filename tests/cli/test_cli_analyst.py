@@ -137,6 +137,29 @@ def test_a_dry_run_says_the_cost_and_charges_nothing(
     assert raw.get(path).json()["rho_spent_exact"] == before
 
 
+def test_within_bin_means_are_priced_by_the_cli_as_by_the_service(
+    capsys: pytest.CaptureFixture[str], service: Any, setup: dict[str, Any], raw: httpx.Client
+) -> None:
+    path = f"/v1/datasets/{setup['dataset_id']}/measurements"
+    expected = raw.post(
+        path, params={"dry_run": "true"}, json={"within_bin_means": ["age"], "rho": 0.1}
+    ).json()
+    status, out, _ = privq(
+        capsys, service, setup["key"], "measure", setup["dataset_id"],
+        "--within-bin-means", "age", "--rho", "0.1", "--dry-run", "--json",
+    )  # fmt: skip
+    assert status == 0
+    assert json.loads(out) == expected
+    assert expected["within_bin_means"]
+    status, _, err = privq(
+        capsys, service, setup["key"], "measure", setup["dataset_id"], "age",
+        "--within-bin-means", "age", "--rho", "0.1",
+    )  # fmt: skip
+    assert status != 0 and "not both" in err
+    status, _, err = privq(capsys, service, setup["key"], "measure", setup["dataset_id"])
+    assert status != 0 and "MARGINAL" in err
+
+
 def test_measure_waits_for_its_job_and_the_budget_shows_the_charge(
     capsys: pytest.CaptureFixture[str],
     service: Any,
