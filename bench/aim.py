@@ -1,14 +1,19 @@
 """Benchmark: AIM vs MWEM+PGM vs one-way marginals on Adult, ε = 1, δ = 1e-9.
 
-ρ comes from the tight CKS conversion (`rho_from_epsilon`). The workload is every 2-way
-marginal. For each mechanism: wall time per run and the mean workload total-variation
-error of the fitted model, ‖M_r(D) − M_r(p̂)‖₁ / 2N averaged over the workload; median
-over `--seeds` runs. The seeds only shuffle the workload order: the noise and the
-selections come from OpenDP's cryptographic RNG, which cannot be seeded, so every run
-draws fresh noise. Each run is a fresh process (spawned one at a time), so its wall time
-and peak RSS are its own; times exclude reading the CSV (~1 s). Prints ONE JSON line.
+ρ comes from the tight CKS conversion (`rho_from_epsilon`), or is given (`--rho`).
+The workload is every 2-way marginal. For each mechanism: wall time per run and the
+mean workload total-variation error of the fitted model, ‖M_r(D) − M_r(p̂)‖₁ / 2N
+averaged over the workload; median over `--seeds` runs. The seeds only shuffle the
+workload order: the noise and the selections come from OpenDP's cryptographic RNG,
+which cannot be seeded, so every run draws fresh noise. Each run is a fresh process
+(spawned one at a time), so its wall time and peak RSS are its own; times exclude
+reading the CSV (~1 s). Prints ONE JSON line.
 
     .venv/bin/python bench/aim.py [--seeds 5] [--mwem-rounds 30] [--only aim,mwem,oneway]
+        [--dataset survey] [--rho 0.5]
+
+Each mechanism's summary also lists every run's seconds and its final fit's seconds,
+share of the run and iterations.
 
 Data: ../shared/data/adult.csv (+ adult-domain.json) relative to the repository, or
 the directory in $PRIVQ_SHARED_DATA.
