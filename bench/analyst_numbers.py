@@ -21,30 +21,23 @@ The median (the 50th percentile) from the model is the quantiles work's
 
 Prints ONE JSON line.
 
-    .venv/bin/python bench/numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
+    .venv/bin/python bench/analyst_numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import io
+import json
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
 
-# This file's name is the standard library's `numbers`, which numpy imports: its folder
-# (sys.path[0] when run as a script) must not be searched first.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-
-import argparse  # noqa: E402
-import io  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "data"))
@@ -156,7 +149,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "bench": "numbers",
         "commit": commit(),
-        "command": "bench/numbers.py " + " ".join(sys.argv[1:]),
+        "command": "bench/analyst_numbers.py " + " ".join(sys.argv[1:]),
         "rows": args.rows,
         "bins": DELAY_EDGES,
         "truth": {"avg": round(truth, 4), "median": float(np.median(columns["dep_delay"]))},
