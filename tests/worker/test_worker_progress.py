@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.db import Database, Job
+from app.pgm.estimators import FitRun
 from app.pgm.problem import FitProblem
 from app.worker import Worker
 
@@ -82,6 +83,10 @@ def test_a_slow_final_fit_reports_at_most_five_seconds_apart_with_an_eta(
         return real(self, x)
 
     monkeypatch.setattr(FitProblem, "loss_and_gradient", slow)
+    # ... and it runs its plan's every iteration: stopping at its tolerance (the loss's
+    # relative change below 1e-6, after a number of iterations that depends on the noise)
+    # could end it before it has been slow for long.
+    monkeypatch.setattr(FitRun, "stalled", lambda self: False)
     slow_settings = settings.model_copy(update={"fit_solver": "mirror_descent"})
     worker = Watched(
         database, slow_settings, poll_seconds=0.01, client=client, headers=tenant["headers"]
