@@ -36,7 +36,11 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   would otherwise set the exponential mechanism's sensitivity, and every selection
   among pairs would be as noisy as if it were among triples.
 - The one-way round spends β·ρ (`options.init_share`, 0.2), split over the one-way
-  marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
+  marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T. It is
+  measured in two halves of β/2·ρ (`options.precise_oneway_share`), and where the
+  first half's noise share (below) is at most that, the second is not measured and the
+  selection rounds start at (1 − β/2)·ρ/T (`oneway.second_half_due`); what follows
+  reads both halves as one round.
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
   post-processing), decides the rest for free. If the one-way round's noise is a large
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
