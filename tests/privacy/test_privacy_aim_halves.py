@@ -25,6 +25,7 @@ from app.privacy.mechanisms.oneway import (
 from app.privacy.mechanisms.rounds import Round
 from app.services.mechanisms import stored_schedule
 from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
+from tests.privacy.test_privacy_aim_determinism import same_rounds, seeded_samplers
 
 RHO = 0.05
 ONEWAY = [(a,) for a in DOMAIN.attributes]
@@ -167,3 +168,20 @@ def test_a_job_stored_without_the_option_keeps_its_oneway_round_in_one_piece() -
 def test_options_refuse_a_precise_share_that_is_not_a_positive_number(value: float) -> None:
     with pytest.raises(ValueError, match="precise_oneway_share"):
         MechanismOptions(precise_oneway_share=value)
+
+
+@pytest.mark.parametrize(("rows", "halves"), [(300, 2), (20_000, 1)])
+def test_the_same_seed_makes_the_same_halves_decision(
+    rows: int, halves: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With OpenDP's samplers replaced by a seeded stand-in, two runs are the same run:
+    the second half (and everything after it) follows from the same released totals."""
+    runs = []
+    for _ in range(2):
+        seeded_samplers(monkeypatch, 7)
+        runs.append(run_aim(DOMAIN, synthetic(5, rows), RHO, ALL_PAIRS, options=_options()))
+    first, again = runs
+    assert same_rounds(first.rounds, again.rounds)
+    kinds = [r.kind for r in first.rounds]
+    assert kinds[: halves * D] == ["measure"] * (halves * D)
+    assert second_half_due(first.rounds[:D], _options()) is (halves == 2)
