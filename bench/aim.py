@@ -72,6 +72,12 @@ GENERATED: dict[str, tuple[dict, int]] = {  # type: ignore[type-arg]
     ),
     # small N: 15 attributes of 2-20 values, 2,000 rows
     "small-n": ({"attributes": 15, "window": 4}, 2_000),
+    # mid-sized: 29,000 rows, 8 attributes, three of 16 values and one of 11 (the shape of
+    # a census extract whose 11-valued column has a missing code as its last value)
+    "mid": (
+        {"sizes": [16, 16, 11, 16, 6, 3, 9, 2], "skewed_share": 0.5, "window": 4},
+        29_000,
+    ),
     # the shape of bench/scale.py: 40 attributes of 2-20 values
     "scale": ({"attributes": 40}, 100_000),
 }

@@ -29,7 +29,7 @@ workload order.
 ρ: `rho_from_epsilon(ε, δ)` (app.privacy.accounting), ε = 1 and δ = 1e-6 by default.
 Workload: every marginal of `--degrees` attributes (default "2,3": all 2-way and 3-way
 marginals). Tables (bench/peer_tables.py): adult, adult-6k, the generated skewed,
-wide-binary, small-n (and scale) tables of bench/aim.py, and the public penguins, fair,
+wide-binary, small-n, mid (and scale) tables of bench/aim.py, and the public penguins, fair,
 randhie, anes96 (statsmodels), iris, wine and breast-cancer (scikit-learn). Prints one
 JSON line per table and system, then a summary line with, per table, privq's median
 over the best peer's, over the one-way baseline's and over privq-full's, each with a 90%

@@ -181,7 +181,8 @@ def stored_schedule(params: dict[str, Any]) -> dict[str, Any]:
     filter never widened without `wide_filter_share` and narrowed back at once without
     `wide_filter_ramp`, the raw noise term without `fitted_noise`, no coarse forms
     without `coarse_groups`, α = `measure_share` whatever the workload without
-    `measure_share_3way`, the paper's weights without `pair_weight_cap`)."""
+    `measure_share_3way`, the paper's weights without `pair_weight_cap`, the one-way
+    round in one piece without `precise_oneway_share`)."""
     return {**PAPER_SCHEDULE, **params.get("schedule", PAPER_SCHEDULE)}
 
 

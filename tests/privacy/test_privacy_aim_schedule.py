@@ -13,20 +13,22 @@ from app.privacy.mechanisms import MechanismOptions, run_aim
 from app.privacy.mechanisms import aim as aim_module
 from app.privacy.mechanisms.aim import (
     PAPER_SCHEDULE,
-    TOPUP_MAX,
-    TOPUP_TV,
-    WIDE_FILTER_FACTOR,
     aim_schedule,
-    estimated_rows,
-    filter_factor,
     initial_schedule,
     noise_filter,
-    oneway_noise_share,
     run_options,
-    topup_sigmas,
 )
 from app.privacy.mechanisms.bounds import SQRT_2_OVER_PI
 from app.privacy.mechanisms.budget import round_cost
+from app.privacy.mechanisms.oneway import (
+    TOPUP_MAX,
+    TOPUP_TV,
+    WIDE_FILTER_FACTOR,
+    estimated_rows,
+    filter_factor,
+    oneway_noise_share,
+    topup_sigmas,
+)
 from app.privacy.mechanisms.rounds import Round
 from tests.privacy.privacy_fixtures import ALL_PAIRS, DOMAIN, FAST, synthetic
 
@@ -34,7 +36,8 @@ PAPER = {"init_share": None, "noise_filter": None, "rounds_per_attribute": 16, "
 
 
 def test_init_share_splits_the_oneway_round_by_cells_to_the_two_thirds() -> None:
-    rho, options = 0.05, MechanismOptions(init_share=0.3)
+    # (the one-way round in one piece: its two halves, test_privacy_aim_halves.py)
+    rho, options = 0.05, MechanismOptions(init_share=0.3, precise_oneway_share=None)
     oneway = [(a,) for a in DOMAIN.attributes]
     sigmas, sigma, epsilon = initial_schedule(DOMAIN, rho, oneway, options)
     costs = {r: round_cost(s, 0.0) for r, s in sigmas.items()}
@@ -312,7 +315,12 @@ def test_a_run_filters_with_the_factor_its_oneway_round_allows(
         return kept
 
     monkeypatch.setattr(aim_module, "noise_filter", spy)
-    options = MechanismOptions(wide_filter_share=wide, wide_filter_ramp=ramp, **FAST)  # type: ignore[arg-type]
+    options = MechanismOptions(
+        wide_filter_share=wide,
+        wide_filter_ramp=ramp,
+        precise_oneway_share=None,  # the one-way round in one piece
+        **FAST,  # type: ignore[arg-type]
+    )
     result = run_aim(DOMAIN, synthetic(5, rows), 0.05, ALL_PAIRS, options=options)
     init = result.rounds[: len(DOMAIN.attributes)]
     if factor is None:
@@ -352,7 +360,12 @@ def _scarce_table(rows: int, seed: int = 3):  # type: ignore[no-untyped-def]
 def test_small_n_run_measures_only_what_its_noise_allows(share: float) -> None:
     domain, truth = _scarce_table(rows=300)
     rho = 0.02
-    options = MechanismOptions(init_share=share, noise_filter=0.5, **FAST)  # type: ignore[arg-type]
+    options = MechanismOptions(
+        init_share=share,
+        noise_filter=0.5,
+        precise_oneway_share=None,
+        **FAST,  # type: ignore[arg-type]
+    )
     workload = list(combinations(domain.attributes, 2))
     result = run_aim(domain, truth, rho, workload, options=options)
     rounds = result.rounds
@@ -395,7 +408,12 @@ def test_tiny_budget_spends_everything_on_oneway_marginals() -> None:
     """Where no multi-way marginal is ever measurable, AIM ends as a one-way mechanism."""
     domain, truth = _scarce_table(rows=100)
     rho = 1e-4
-    options = MechanismOptions(init_share=0.5, noise_filter=0.1, **FAST)  # type: ignore[arg-type]
+    options = MechanismOptions(
+        init_share=0.5,
+        noise_filter=0.1,
+        precise_oneway_share=None,
+        **FAST,  # type: ignore[arg-type]
+    )
     workload = list(combinations(domain.attributes, 2))
     result = run_aim(domain, truth, rho, workload, options=options)
     assert all(r.kind == "measure" and len(r.attributes) == 1 for r in result.rounds)
@@ -407,7 +425,12 @@ def test_tiny_budget_spends_everything_on_oneway_marginals() -> None:
 def test_resume_inside_the_topup_and_the_rest_draws_nothing_twice() -> None:
     domain, truth = _scarce_table(rows=300)
     rho = 0.02
-    options = MechanismOptions(init_share=0.6, noise_filter=0.5, **FAST)  # type: ignore[arg-type]
+    options = MechanismOptions(
+        init_share=0.6,
+        noise_filter=0.5,
+        precise_oneway_share=None,
+        **FAST,  # type: ignore[arg-type]
+    )
     workload = list(combinations(domain.attributes, 2))
     full = run_aim(domain, truth, rho, workload, options=options)
     d = len(domain.attributes)

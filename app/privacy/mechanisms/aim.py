@@ -36,7 +36,11 @@ privq's schedule (the defaults; `PAPER_SCHEDULE` gives the paper's):
   would otherwise set the exponential mechanism's sensitivity, and every selection
   among pairs would be as noisy as if it were among triples.
 - The one-way round spends β·ρ (`options.init_share`, 0.2), split over the one-way
-  marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T.
+  marginals in proportion to n_i^(2/3); selection rounds start at (1 − β)·ρ/T. It is
+  measured in two halves of β/2·ρ (`options.precise_oneway_share`), and where the
+  first half's noise share (below) is at most that, the second is not measured and the
+  selection rounds start at (1 − β/2)·ρ/T (`oneway.second_half_due`); what follows
+  reads both halves as one round.
 - N̂, the rows the one-way round implies (its noisy totals, inverse-variance weighted:
   post-processing), decides the rest for free. If the one-way round's noise is a large
   share of N̂, a one-way top-up round follows (`topup_sigmas`). A selection round only
@@ -100,6 +104,15 @@ from app.privacy.mechanisms.engine import (
     TrueMarginal,
 )
 from app.privacy.mechanisms.filtering import noise_filter, noise_terms
+from app.privacy.mechanisms.oneway import (
+    estimated_rows,
+    filter_factor,
+    form_groups,
+    measure_sigma,
+    oneway_parts,
+    second_half_due,
+    topup_sigmas,
+)
 from app.privacy.mechanisms.options import MechanismOptions
 from app.privacy.mechanisms.rounds import Attrs, Round, RoundsMismatch
 from app.privacy.mechanisms.workload import (
@@ -121,6 +134,7 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
     "anneal_factor": 2.0,
     "wide_filter_share": None,
     "wide_filter_ramp": 0.0,
+    "precise_oneway_share": None,
     "fitted_noise": False,
     "coarse_groups": None,
     "measure_share_3way": None,
@@ -133,10 +147,6 @@ PAPER_SCHEDULE: dict[str, float | bool | None] = {
 # just afford (and that would measure one marginal at the edge of usefulness) from
 # replacing the one-way rest. (On 944 rows at ε = 0.1, a √2 step here cost 3%.)
 FREE_ANNEAL_FACTOR = 2.0
-
-# The noise filter's limit is this many times `options.noise_filter`·N̂ while the one-way
-# round is precise (`filter_factor`; docs/mechanisms.md has the figures).
-WIDE_FILTER_FACTOR = 2.0
 
 
 def _paper_schedule(
@@ -177,19 +187,9 @@ def aim_schedule(
     return rounds, max(sigma, *sigmas.values()), epsilon
 
 
-def _measure_sigma(rho_part: float, sensitivity: int) -> float:
-    """The smallest σ (in floats) whose Gaussian measurement costs at most `rho_part`."""
-    sigma = sensitivity * math.sqrt(1.0 / (2.0 * rho_part))
-    while round_cost(sigma, 0.0, sensitivity) > rho_part:  # float rounding
-        sigma = math.nextafter(sigma, math.inf)
-    return sigma
-
-
-def _oneway_parts(domain: Domain, oneway: Sequence[Attrs]) -> list[float]:
-    """Shares of a one-way round: ∝ n_i^(2/3), which minimises Σ n_i·σ_i for its ρ."""
-    parts = [domain.cells(r) ** (2.0 / 3.0) for r in oneway]
-    total = math.fsum(parts)
-    return [part / total for part in parts]
+def split_oneway(options: MechanismOptions) -> bool:
+    """Whether the one-way round is measured in two halves (`options.precise_oneway_share`)."""
+    return options.init_share is not None and options.precise_oneway_share is not None
 
 
 def initial_schedule(
@@ -202,101 +202,28 @@ def initial_schedule(
     minimises the expected L1 error Σ n_i·σ_i of the round, since an attribute's error
     grows with its cells), and the first selection round gets (1 − β)·ρ / T. With None
     both follow the paper: σ₀ for every one-way marginal, ρ/T a round, α of it measuring.
+    Measured in two halves (`split_oneway`), each marginal's σ is its half's (β/2·ρ
+    split the same way); `selection_start` gives the first selection round where the
+    second half is not measured.
     """
-    rounds, sigma0, epsilon0 = _paper_schedule(domain, rho, options)
+    _, sigma0, epsilon0 = _paper_schedule(domain, rho, options)
     if options.init_share is None:
         return {r: sigma0 for r in oneway}, sigma0, epsilon0
-    share = options.init_share
+    share = options.init_share / 2.0 if split_oneway(options) else options.init_share
     sigmas = {
-        r: _measure_sigma(share * rho * part, options.sensitivity)
-        for r, part in zip(oneway, _oneway_parts(domain, oneway), strict=True)
+        r: measure_sigma(share * rho * part, options.sensitivity)
+        for r, part in zip(oneway, oneway_parts(domain, oneway), strict=True)
     }
-    sigma, epsilon = split_round(
-        (1.0 - share) * rho / rounds, options.measure_share, options.sensitivity
-    )
-    return sigmas, sigma, epsilon
+    return sigmas, *selection_start(domain, rho, options, options.init_share)
 
 
-# The one-way top-up: when the one-way round's expected noise, averaged over its marginals
-# as a share of N̂ (s = mean √(2/π)·σ_i·n_i / 2N̂), is above TOPUP_TV, a second one-way
-# round (n^(2/3) split) before any selection spends what would bring s down to TOPUP_TV,
-# β·((s/TOPUP_TV)² − 1)·ρ, but never so much that the two rounds exceed TOPUP_MAX·ρ. On
-# Adult (ε = 1, β = 0.2) s is 0.013 and nothing changes; on 2,000 rows × 15 attributes 0.12.
-TOPUP_TV = 0.05
-TOPUP_MAX = 0.7
-
-
-def topup_sigmas(
-    domain: Domain,
-    rho: float,
-    init: Sequence[Round],
-    options: MechanismOptions,
-) -> dict[Attrs, float]:
-    """{one-way marginal: σ} of the top-up round, or {} when none is due (decided from
-    the one-way round's released totals and public sizes: post-processing)."""
-    if options.init_share is None or options.noise_filter is None or not init:
-        return {}
-    share = oneway_noise_share(init)
-    extra = min(
-        options.init_share * ((share / TOPUP_TV) ** 2 - 1.0), TOPUP_MAX - options.init_share
-    )
-    if share <= TOPUP_TV or extra <= 0.0:
-        return {}
-    oneway = [r.attributes for r in init]
-    return {
-        r: _measure_sigma(extra * rho * part, options.sensitivity)
-        for r, part in zip(oneway, _oneway_parts(domain, oneway), strict=True)
-    }
-
-
-def form_groups(
-    domain: Domain, rho: float, init: Sequence[Round], options: MechanismOptions
-) -> int | None:
-    """G of the run's coarse forms: `options.coarse_groups` where the one-way round's
-    noise share asks for a top-up (rows are few for the budget; post-processing, like
-    the top-up), else None. On a large table a pair the filter leaves out at first is
-    measured in full once σ anneals; its form would take budget from the full pairs."""
-    if options.coarse_groups is None or not topup_sigmas(domain, rho, init, options):
-        return None
-    return options.coarse_groups
-
-
-def oneway_noise_share(init: Sequence[Round]) -> float:
-    """s: the one-way round's expected noise as a share of N̂, mean √(2/π)·σ_i·n_i / 2N̂
-    over its marginals (released totals and public sizes: post-processing)."""
-    rows = estimated_rows(init)
-    noise = [SQRT_2_OVER_PI * r.sigma * r.values.size / (2.0 * rows) for r in init]
-    return math.fsum(noise) / len(noise)
-
-
-def filter_factor(init: Sequence[Round], options: MechanismOptions) -> float | None:
-    """The noise filter's factor for a run whose one-way round is `init`:
-    `options.noise_filter`, times WIDE_FILTER_FACTOR while that round's noise share s is
-    at most `options.wide_filter_share` (its one-way marginals are precise, so a pair
-    measured at a noise near N̂ still teaches the model something the one-way rest would
-    not; where s is larger, the rest is worth more). Over the next
-    `options.wide_filter_ramp` of s the factor falls linearly back to `noise_filter`: s
-    is computed from noisy totals, and a step would let that noise alone decide, on a
-    table whose s lies near the limit, between a run that measures pairs and one that
-    measures none. Post-processing, like s."""
-    factor, wide = options.noise_filter, options.wide_filter_share
-    if factor is None or wide is None or not init:
-        return factor
-    share, ramp = oneway_noise_share(init), options.wide_filter_ramp
-    if share <= wide:
-        return WIDE_FILTER_FACTOR * factor
-    if share >= wide + ramp:
-        return factor
-    return factor * (1.0 + (WIDE_FILTER_FACTOR - 1.0) * (wide + ramp - share) / ramp)
-
-
-def estimated_rows(rounds: Sequence[Round]) -> float:
-    """N̂: the inverse-variance mean of the one-way round's noisy totals (post-processing)."""
-    weights = [1.0 / (r.values.size * r.sigma**2) for r in rounds if r.kind == "measure"]
-    totals = [float(r.values.sum()) for r in rounds if r.kind == "measure"]
-    if not weights:
-        return 1.0
-    return max(float(np.dot(weights, totals) / np.sum(weights)), 1.0)
+def selection_start(
+    domain: Domain, rho: float, options: MechanismOptions, spent: float
+) -> tuple[float, float]:
+    """(σ, ε) of the first selection round once the one-way round spent `spent`·ρ:
+    (1 − spent)·ρ / T, α of it measuring."""
+    rounds = _paper_schedule(domain, rho, options)[0]
+    return split_round((1.0 - spent) * rho / rounds, options.measure_share, options.sensitivity)
 
 
 def _anneal(run: MechanismRun, last: Round) -> bool:
@@ -346,20 +273,29 @@ def run_aim(
 
     rest_start: list[int] = []  # index of the first round of the one-way rest, if any
     d1 = len(oneway)
+    halves = split_oneway(options)
+
+    def second() -> bool:
+        """Whether the one-way round's second half is measured (after its first)."""
+        return halves and second_half_due(run.rounds[:d1], options)
+
+    def d0() -> int:
+        """Rounds of the one-way round: one or both of its halves."""
+        return 2 * d1 if second() else d1
 
     def topup() -> dict[Attrs, float]:
-        return topup_sigmas(domain, rho, run.rounds[:d1], options)
+        return topup_sigmas(domain, rho, run.rounds[: d0()], options)
 
     def check(index: int, r: Round) -> None:
-        if index < d1:
+        if index < d1 or (index < 2 * d1 and second()):
             if (
                 r.kind != "measure"
-                or r.attributes != oneway[index]
+                or r.attributes != oneway[index % d1]
                 or r.sigma != init_sigmas[r.attributes]
             ):
                 raise RoundsMismatch(f"stored round {index} is not AIM's one-way measurement")
-        elif index < d1 + len(planned := topup()):
-            attrs = oneway[index - d1]
+        elif index < d0() + len(planned := topup()):
+            attrs = oneway[index - d0()]
             if r.kind != "measure" or r.attributes != attrs or r.sigma != planned[attrs]:
                 raise RoundsMismatch(f"stored round {index} is not AIM's one-way top-up")
         elif r.kind == "measure" or rest_start:
@@ -370,7 +306,7 @@ def run_aim(
         elif r.attributes not in weights or r.selection is None:
             raise RoundsMismatch(f"stored round {index} is not an AIM selection round")
         elif r.coarse is not None and (
-            (groups := form_groups(domain, rho, run.rounds[:d1], options)) is None
+            (groups := form_groups(domain, rho, run.rounds[: d0()], options)) is None
             or r.coarse != coarse_form(domain, r.attributes, groups)
         ):
             raise RoundsMismatch(f"stored round {index} is not a coarse form AIM offers")
@@ -382,24 +318,31 @@ def run_aim(
         where the rest begun at round `start` stands; the last of them is final."""
         run.closing = True  # past the last selection round
         todo = oneway[len(run.rounds) - start :]
-        parts = _oneway_parts(domain, todo) if todo else []
+        parts = oneway_parts(domain, todo) if todo else []
         for k, attrs in enumerate(todo):
             remaining = run.ledger.remaining
             if remaining <= rho * 1e-9:
                 break
             last = k == len(todo) - 1
             part = 1.0 if last else parts[k] / math.fsum(parts[k:])
-            sigma_k = _measure_sigma(remaining * part, options.sensitivity)
+            sigma_k = measure_sigma(remaining * part, options.sensitivity)
             with run.access("measure", sigma_k, 0.0):
                 run.measure("measure", attrs, sigma_k, 0.0, final=last)
 
     run.replay(check)
-    for attrs in oneway[len(run.rounds) :]:
-        with run.access("measure", init_sigmas[attrs], 0.0):
-            run.measure("measure", attrs, init_sigmas[attrs], 0.0)
+    for start in (0, d1) if halves else (0,):
+        if start and not second():
+            # a precise first half: its second's ρ goes to the selection rounds
+            half = (options.init_share or 0.0) / 2.0
+            sigma0, epsilon0 = selection_start(domain, rho, options, half)
+            break
+        for attrs in oneway[max(len(run.rounds) - start, 0) :]:
+            with run.access("measure", init_sigmas[attrs], 0.0):
+                run.measure("measure", attrs, init_sigmas[attrs], 0.0)
+    init = run.rounds[: d0()]
     planned = topup()
-    if len(run.rounds) < d1 + len(planned):
-        for attrs in oneway[len(run.rounds) - d1 :]:
+    if len(run.rounds) < len(init) + len(planned):
+        for attrs in oneway[len(run.rounds) - len(init) :]:
             with run.access("measure", planned[attrs], 0.0):
                 run.measure("measure", attrs, planned[attrs], 0.0)
     if not run.rounds[-1].final:
@@ -407,9 +350,9 @@ def run_aim(
 
     sigma, epsilon, annealed, done = sigma0, epsilon0, False, False
     step = options.anneal_factor
-    rows = estimated_rows(run.rounds[:d1])
-    factor = filter_factor(run.rounds[:d1], options)
-    groups = form_groups(domain, rho, run.rounds[:d1], options)
+    rows = estimated_rows(init)
+    factor = filter_factor(init, options)
+    groups = form_groups(domain, rho, init, options)
     last = run.rounds[-1]
     if rest_start:
         if not last.final:

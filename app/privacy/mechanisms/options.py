@@ -44,6 +44,11 @@ class MechanismOptions:
     # back linearly while that share rises by `wide_filter_ramp` more (0: at once).
     wide_filter_share: float | None = 0.2
     wide_filter_ramp: float = 0.05
+    # AIM: the one-way round is measured in two halves of β/2·ρ each, and where the first
+    # half's expected noise, as a share of N̂ (s), is at most `precise_oneway_share`, the
+    # second half is not measured: its ρ goes to the selection rounds (None: one round
+    # of β·ρ). Two halves tell the fit what one round of their summed ρ does.
+    precise_oneway_share: float | None = 0.01
     # AIM's noise term in each candidate's quality and in the noise filter: the noise the
     # fit keeps of a measurement (app.privacy.mechanisms.fitted_noise); False: the
     # paper's raw √(2/π)·σ·n_r.
@@ -117,6 +122,9 @@ class MechanismOptions:
             raise ValueError("noise_filter must be positive")
         if self.wide_filter_share is not None and not self.wide_filter_share > 0.0:
             raise ValueError("wide_filter_share must be positive")
+        precise = self.precise_oneway_share
+        if precise is not None and not (math.isfinite(precise) and precise > 0.0):
+            raise ValueError("precise_oneway_share must be a positive finite number")
         if not (math.isfinite(self.wide_filter_ramp) and self.wide_filter_ramp >= 0.0):
             raise ValueError("wide_filter_ramp must be a finite number of at least 0")
         if not isinstance(self.fitted_noise, bool):
