@@ -1,9 +1,13 @@
 """`Totals` → the result table: one row per group the WHERE clause can hold, the
-aggregates' values (NULL where SQL gives NULL), then HAVING, ORDER BY and the page."""
+aggregates' values (NULL where SQL gives NULL), then HAVING, ORDER BY and the page.
+
+Columns are computed whole (numpy over the group cells); only HAVING and ORDER BY,
+when the query has them, look at rows one by one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +33,37 @@ def _shown(values: np.ndarray) -> list[float | None]:
     return [value if value == value else None for value in values.tolist()]
 
 
+def _kept_positions(
+    plan: SqlPlan,
+    group_codes: Sequence[np.ndarray],
+    values: Sequence[np.ndarray],
+    errors: Sequence[np.ndarray | None],
+) -> np.ndarray:
+    """The positions (among the group cells) of the rows shown, in their order: HAVING,
+    then ORDER BY, then the page."""
+    count = len(values[0]) if values else (len(group_codes[0]) if group_codes else 1)
+    if plan.having is None and not plan.order:
+        end = None if plan.limit is None else plan.offset + plan.limit
+        return np.arange(count)[plan.offset : end]
+    shown_values = [_shown(v) for v in values]
+    shown_errors = [_shown(e) if e is not None else [None] * count for e in errors]
+    codes_lists = [c.tolist() for c in group_codes]
+    rows: list[Row] = []
+    position_of: dict[int, int] = {}
+    for position in range(count):
+        codes = {name: codes_lists[k][position] for k, name in enumerate(plan.group)}
+        row = Row(codes, [v[position] for v in shown_values], [e[position] for e in shown_errors])
+        if plan.having is None or holds(plan.having, codes, row.values) is True:
+            rows.append(row)
+            position_of[id(row)] = position
+    sort_code = {
+        name: [plan.codes[name].sort_key(c) for c in range(plan.codes[name].size)]
+        for name in plan.group
+    }
+    ordered = page(order_rows(rows, plan.order, sort_code), plan.limit, plan.offset)
+    return np.asarray([position_of[id(row)] for row in ordered], dtype=np.int64)
+
+
 def build_table(
     plan: SqlPlan, totals: Totals, standard_errors: Mapping[int, np.ndarray] | None = None
 ) -> SqlTable:
@@ -37,8 +72,8 @@ def build_table(
     errors = standard_errors or {}
     # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
     cells = np.flatnonzero(support(plan, None)) if plan.group else np.zeros(1, dtype=np.int64)
-    values: list[list[float | None]] = []
-    spreads: list[list[float | None]] = []
+    values: list[np.ndarray] = []
+    spreads: list[np.ndarray | None] = []
     for index, spec in enumerate(plan.aggregates):
         needs_values = spec.attribute is not None and spec.function != "count"
         has_value = (
@@ -46,35 +81,29 @@ def build_table(
             if needs_values
             else np.ones(group_cells(plan), dtype=bool)
         )
-        values.append(_shown(aggregate_values(spec, totals, has_value)[cells]))
+        values.append(aggregate_values(spec, totals, has_value)[cells])
         spread = errors.get(index)
-        spreads.append(_shown(spread[cells]) if spread is not None else [None] * len(cells))
+        spreads.append(spread[cells] if spread is not None else None)
     sizes = [plan.codes[name].size for name in plan.group]
-    group_codes = [c.tolist() for c in np.unravel_index(cells, sizes)] if plan.group else []
-    rows: list[Row] = []
-    for position in range(len(cells)):
-        codes = {name: group_codes[k][position] for k, name in enumerate(plan.group)}
-        row = Row(codes, [v[position] for v in values], [e[position] for e in spreads])
-        if plan.having is None or holds(plan.having, codes, row.values) is True:
-            rows.append(row)
-    sort_code = {
-        name: [plan.codes[name].sort_key(c) for c in range(plan.codes[name].size)]
-        for name in plan.group
-    }
-    rows = page(order_rows(rows, plan.order, sort_code), plan.limit, plan.offset)
-    labels = {name: plan.codes[name].labels for name in plan.group}
-    table_rows: list[list[Cell]] = []
-    table_errors: list[list[float | None]] = []
-    for row in rows:
-        shown: list[Cell] = []
-        shown_errors: list[float | None] = []
-        for output in plan.outputs:
-            if output.group is not None:
-                shown.append(labels[output.group][row.codes[output.group]])
-                shown_errors.append(None)
-            elif output.aggregate is not None:
-                shown.append(row.values[output.aggregate])
-                shown_errors.append(row.errors[output.aggregate])
-        table_rows.append(shown)
-        table_errors.append(shown_errors)
-    return SqlTable([o.name for o in plan.outputs], table_rows, table_errors)
+    group_codes = list(np.unravel_index(cells, sizes)) if plan.group else []
+    kept = _kept_positions(plan, group_codes, values, spreads)
+    columns: list[list[Cell]] = []
+    error_columns: list[list[float | None]] = []
+    nothing: list[float | None] = [None] * len(kept)
+    for output in plan.outputs:
+        if output.group is not None:
+            labels = plan.codes[output.group].labels
+            codes = group_codes[plan.group.index(output.group)][kept]
+            columns.append([labels[c] for c in codes.tolist()])
+            error_columns.append(nothing)
+        elif output.aggregate is not None:
+            columns.append(list(_shown(values[output.aggregate][kept])))
+            spread = spreads[output.aggregate]
+            error_columns.append(_shown(spread[kept]) if spread is not None else nothing)
+    return SqlTable(
+        [o.name for o in plan.outputs],
+        [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in kept],
+        [list(row) for row in zip(*error_columns, strict=True)]
+        if error_columns
+        else [[] for _ in kept],
+    )

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.answering import answer, model_for
 from app.api.deps import DatabaseDep, DatasetAccessDep, ReadsDep, SettingsDep
-from app.api.responses import SafeJSONResponse
 from app.api.schemas import RequestBody, error_responses
 from app.api.unmeasured import DOCUMENTED, mark_unmeasured
 from app.services import answers
@@ -86,11 +85,13 @@ async def answer_sql(
     reads: ReadsDep,
 ) -> Response:
     """A SQL SELECT answered from the model (free): grouped COUNT/SUM/AVG/VAR/STDDEV."""
-    statement = answers.read_sql(body.query)
+    answers.read_sql(body.query)  # refusals of the text come before any model is needed
     loaded = await model_for(database, access)
-    names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
-    prepared = answers.prepare_sql(
-        loaded, statement, table_names=names, max_cells=settings.max_marginal_cells
+    names = answers.cached_table_names(access.dataset_id)
+    if names is None:
+        names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
+    prepared = answers.prepare_text(
+        loaded, body.query, table_names=names, max_cells=settings.max_marginal_cells
     )
     result = await answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
     if _wants_csv(request):
@@ -100,4 +101,5 @@ async def answer_sql(
             headers={"X-Model-Version": str(result["model_version"])},
         )
         return mark_unmeasured(csv, result["unmeasured"])
-    return mark_unmeasured(SafeJSONResponse(result), result["unmeasured"])
+    body_json = answers.sql_json(result)
+    return mark_unmeasured(Response(body_json, media_type="application/json"), result["unmeasured"])

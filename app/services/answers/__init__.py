@@ -13,7 +13,8 @@ the routers can send them without re-validating large response models.
   value sets or ranges, `by` value / cdf / groups, `weights`, `moments`.
 - `synthetic_csv` — records sampled from the model, as CSV in the schema's labels.
 - `sql_answer` — a SQL SELECT compiled by `app.sql` to factored queries (`read_sql`,
-  `prepare_sql`, `answer_sql`; `sql_csv` for `Accept: text/csv`).
+  `prepare_sql`, `prepare_text` (kept per model version), `answer_sql`; `sql_json`, and
+  `sql_csv` for `Accept: text/csv`).
 
 Each of marginals, counts and queries can also be checked and sized first
 (`marginal_size`, `count_query` + `count_size`, `prepare_queries`: a `WorkSize`) and
@@ -74,11 +75,14 @@ from app.services.answers.queries import (
 from app.services.answers.sql import (
     PreparedSql,
     answer_sql,
+    cached_table_names,
     prepare_sql,
+    prepare_text,
     read_sql,
     resolve_dataset,
     sql_answer,
     sql_csv,
+    sql_json,
     table_names,
 )
 from app.services.answers.synthetic import synthetic_csv, synthetic_rows
@@ -112,6 +116,7 @@ __all__ = [
     "answer_prepared",
     "answer_sql",
     "build_query",
+    "cached_table_names",
     "count_answer",
     "count_query",
     "count_result",
@@ -126,12 +131,14 @@ __all__ = [
     "parse_where",
     "prepare_queries",
     "prepare_sql",
+    "prepare_text",
     "queries_answer",
     "read_sql",
     "ready_model",
     "resolve_dataset",
     "sql_answer",
     "sql_csv",
+    "sql_json",
     "standard_error",
     "synthetic_csv",
     "synthetic_rows",

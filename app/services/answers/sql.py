@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from cachetools import LRUCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -72,6 +73,35 @@ def table_names(session: Session, dataset_id: str) -> tuple[str, str]:
         with _names_lock:
             _names[dataset_id] = name
     return name, dataset_id
+
+
+def cached_table_names(dataset_id: str) -> tuple[str, str] | None:
+    """`table_names` without a database read, when this process has read them before."""
+    with _names_lock:
+        name = _names.get(dataset_id)
+    return None if name is None else (name, dataset_id)
+
+
+# Compiled queries by (dataset, model version, text, FROM names, cell cap): a version is
+# immutable, so its plan and factored queries are a pure function of the key; a query
+# asked again (a dashboard's refresh) skips compiling and sizing. Refusals are not kept.
+_PreparedKey = tuple[str, int, str, tuple[str, ...], int]
+_prepared: LRUCache[_PreparedKey, PreparedSql] = LRUCache(maxsize=512)
+_prepared_lock = threading.Lock()
+
+
+def prepare_text(
+    loaded: LoadedModel, text: str, *, table_names: Sequence[str], max_cells: int
+) -> PreparedSql:
+    """`prepare_sql(read_sql(text))`, kept per model version and text."""
+    key = (loaded.dataset_id, loaded.version, text, tuple(table_names), max_cells)
+    with _prepared_lock:
+        prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = prepare_sql(loaded, read_sql(text), table_names=table_names, max_cells=max_cells)
+        with _prepared_lock:
+            _prepared[key] = prepared
+    return prepared
 
 
 def prepare_sql(
@@ -148,6 +178,12 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
     }
 
 
+def sql_json(result: dict[str, Any]) -> bytes:
+    """The result as JSON bytes (orjson: the table's rows are most of the work). Every
+    number in a result is finite already (NULL and "no error" are None)."""
+    return orjson.dumps(result)
+
+
 def sql_csv(result: dict[str, Any]) -> str:
     """The result table as CSV: a header of column names; NULL is an empty cell."""
     out = io.StringIO()
@@ -162,8 +198,9 @@ def sql_answer(
     loaded: LoadedModel, text: str, *, table_names: Sequence[str], max_cells: int
 ) -> dict[str, Any]:
     """Read, compile and answer a query in one call (tests, benchmarks, scripts)."""
-    prepared = prepare_sql(loaded, read_sql(text), table_names=table_names, max_cells=max_cells)
-    return answer_sql(loaded, prepared)
+    return answer_sql(
+        loaded, prepare_text(loaded, text, table_names=table_names, max_cells=max_cells)
+    )
 
 
 def resolve_dataset(session: Session, dataset: str) -> str:
