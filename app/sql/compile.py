@@ -19,6 +19,7 @@ from app.sql.errors import Position, bad_sql, unsupported
 from app.sql.predicates import AttributeCodes, Masks
 from app.sql.regions import Box, Region
 from app.sql.results import (
+    QUANTILE_FUNCTIONS,
     AggRef,
     AggregateSpec,
     GroupTest,
@@ -82,9 +83,21 @@ class SqlPlan:
         )
 
     @property
+    def quantile_attributes(self) -> tuple[str, ...]:
+        """Attributes a quantile (MEDIAN, PERCENTILE_CONT, MIN, MAX) is taken of."""
+        return tuple(
+            dict.fromkeys(a.attribute for a in self.aggregates if a.is_quantile and a.attribute)
+        )
+
+    @property
     def mentioned(self) -> tuple[str, ...]:
         """Every attribute the query reads, grouped, filtered or aggregated."""
-        names = [*self.group, *self.where_attributes, *self.moment_attributes]
+        names = [
+            *self.group,
+            *self.where_attributes,
+            *self.moment_attributes,
+            *self.quantile_attributes,
+        ]
         return tuple(dict.fromkeys(names))
 
 
@@ -144,7 +157,14 @@ class _Compiler:
                     aggregate.at,
                     "SUM, AVG, VAR and STDDEV need a numeric or integer attribute",
                 )
-        spec = AggregateSpec(aggregate.function, attribute)
+            if aggregate.function in QUANTILE_FUNCTIONS and codes.kind == "categorical":
+                raise unsupported(
+                    f"{aggregate.function.upper()} over the categorical attribute {attribute!r}",
+                    aggregate.at,
+                    "quantiles, MIN and MAX need a numeric or integer attribute (its values "
+                    "have an order)",
+                )
+        spec = AggregateSpec(aggregate.function, attribute, aggregate.fraction)
         if spec not in self.aggregates:
             self.aggregates.append(spec)
         return self.aggregates.index(spec)

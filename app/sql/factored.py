@@ -5,8 +5,10 @@ group: an identity factor per GROUP BY attribute (masked by the box where the bo
 restricts it) and an indicator factor per other attribute the box restricts
 (Private-PGM appendix B, Table 2). Per aggregated attribute a, one more query has a
 moments factor on a with rows Σ 1 (a has a value), Σ x, Σ x² — x the code's number:
-bin midpoints, as `POST /queries` "moments" uses. The signed sum of the terms' answers
-is the answer over the union (regions.inclusion_exclusion).
+bin midpoints, as `POST /queries` "moments" uses. Per attribute a quantile is taken of
+(and not grouped by), one more query keeps a's codes (an identity factor): the counts
+over a's codes per group. The signed sum of the terms' answers is the answer over the
+union (regions.inclusion_exclusion).
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ MOMENT_ROWS = 3  # Σ 1 (with a value), Σ x, Σ x²
 
 @dataclass(frozen=True)
 class TermQuery:
-    """One factored query: a term's counts (`attribute` None) or one attribute's sums."""
+    """One factored query: a term's counts (`attribute` None), one attribute's sums, or
+    (`values`) the counts over one attribute's codes."""
 
     term: int
     attribute: str | None
     query: FactoredQuery
     shape: tuple[int, ...]  # the answer's shape with every group axis, size 1 included
-    moment_axis: int | None  # the axis of the sums, moved last
+    moment_axis: int | None  # the axis of the sums (or of the codes), moved last
+    values: bool = False
 
 
 def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
@@ -51,7 +55,12 @@ def _moment_rows(codes: AttributeCodes) -> np.ndarray:
 
 
 def _term_query(
-    plan: SqlPlan, domain: Domain, index: int, box: Box, attribute: str | None
+    plan: SqlPlan,
+    domain: Domain,
+    index: int,
+    box: Box,
+    attribute: str | None,
+    values: bool = False,
 ) -> TermQuery:
     factors: list[QueryFactor] = []
     shape: list[int] = []
@@ -74,6 +83,10 @@ def _term_query(
         elif grouped:
             matrix = np.diag(mask)
             shape.append(codes.size)
+        elif name == attribute and values:
+            matrix = np.diag(mask)
+            shape.append(codes.size)
+            moment_axis = len(shape) - 1
         elif name == attribute:
             matrix = _moment_rows(codes) * mask
             shape.append(MOMENT_ROWS)
@@ -84,7 +97,7 @@ def _term_query(
         labels = tuple(str(row) for row in range(matrix.shape[0]))
         factors.append(QueryFactor(name, matrix, kind, labels))
     return TermQuery(
-        index, attribute, FactoredQuery(domain, tuple(factors)), tuple(shape), moment_axis
+        index, attribute, FactoredQuery(domain, tuple(factors)), tuple(shape), moment_axis, values
     )
 
 
@@ -95,6 +108,9 @@ def build_queries(plan: SqlPlan, domain: Domain) -> tuple[TermQuery, ...]:
         queries.append(_term_query(plan, domain, index, box, None))
         for attribute in plan.moment_attributes:
             queries.append(_term_query(plan, domain, index, box, attribute))
+        for attribute in plan.quantile_attributes:
+            if attribute not in plan.group:  # grouped: each group holds one code
+                queries.append(_term_query(plan, domain, index, box, attribute, values=True))
     return tuple(queries)
 
 
@@ -107,16 +123,33 @@ def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.nda
     cells = group_cells(plan)
     count = np.zeros(cells)
     sums = {a: np.zeros((cells, MOMENT_ROWS)) for a in plan.moment_attributes}
+    values: dict[str, np.ndarray] = {
+        a: np.zeros((cells, plan.codes[a].size))
+        for a in plan.quantile_attributes
+        if a not in plan.group
+    }
     for item, answer in zip(queries, answers, strict=True):
         coefficient = plan.terms[item.term][0]
         table = np.asarray(answer, dtype=float).reshape(item.shape)
         if item.attribute is None:
             count += coefficient * table.reshape(cells)
+        elif item.values:
+            if item.moment_axis is not None:
+                table = np.moveaxis(table, item.moment_axis, -1)
+            values[item.attribute] += coefficient * table.reshape(cells, -1)
         else:
             if item.moment_axis is not None:
                 table = np.moveaxis(table, item.moment_axis, -1)
             sums[item.attribute] += coefficient * table.reshape(cells, MOMENT_ROWS)
-    return Totals(count, sums)
+    for attribute in plan.quantile_attributes:
+        if attribute in plan.group:  # one-hot at each group's own code, times its count
+            axis = plan.group.index(attribute)
+            sizes = [plan.codes[name].size for name in plan.group]
+            own = np.unravel_index(np.arange(cells), sizes)[axis]
+            table = np.zeros((cells, plan.codes[attribute].size))
+            table[np.arange(cells), own] = count
+            values[attribute] = table
+    return Totals(count, sums, values)
 
 
 def _outer(vectors: Sequence[np.ndarray]) -> np.ndarray:

@@ -1,7 +1,8 @@
 """sqlglot's SELECT tree → a `Statement`, refusing everything outside the grammar.
 
 The grammar (docs/sql.md): `SELECT` grouped attributes and aggregates (COUNT(*),
-COUNT(a), SUM, AVG, VAR/VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP, STDDEV_POP)
+COUNT(a), SUM, AVG, VAR/VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP, STDDEV_POP,
+MEDIAN, PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a), MIN, MAX)
 with `AS` aliases; `FROM` one table; `WHERE` AND/OR/NOT over per-attribute predicates
 (=, <>, IN, NOT IN, <, <=, >, >=, BETWEEN, IS [NOT] NULL, [I]LIKE); `GROUP BY`
 attributes (or select-list positions); `HAVING`; `ORDER BY`; `LIMIT`/`OFFSET`.
@@ -69,6 +70,9 @@ _AGGREGATE_CLASSES: dict[type[exp.Expression], str] = {
     exp.Stddev: "stddev_samp",
     exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop",
+    exp.Median: "median",
+    exp.Min: "min",
+    exp.Max: "max",
 }
 _AGGREGATE_NAMES = {
     "VAR": "var_samp",
@@ -80,8 +84,8 @@ _AGGREGATE_NAMES = {
     "STDDEV_POP": "stddev_pop",
 }
 _NOT_ANSWERED = {
-    "MIN": "the model holds counts of values, not the extreme values of records",
-    "MAX": "the model holds counts of values, not the extreme values of records",
+    "PERCENTILE_DISC": "use PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a)",
+    "MODE": "the model's most common value is GROUP BY a ORDER BY COUNT(*) DESC LIMIT 1",
 }
 
 
@@ -181,7 +185,39 @@ class _Reader:
             return Constant(bool(node.this), at)
         return None
 
+    def percentile(self, node: exp.WithinGroup, table: Table | None) -> Aggregate:
+        """PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a): p a constant in [0, 1]."""
+        at = self.where(node)
+        inner = node.this
+        if not isinstance(inner, exp.PercentileCont):
+            raise self.refuse(inner, "WITHIN GROUP")
+        found = self.constant(_unwrap(inner.this)) if inner.this is not None else None
+        value = found.value if found is not None else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise bad_sql("PERCENTILE_CONT takes a fraction p from 0 to 1", at)
+        order = node.expression
+        keys = order.expressions if isinstance(order, exp.Order) else []
+        if len(keys) != 1 or not isinstance(keys[0], exp.Ordered):
+            raise bad_sql("PERCENTILE_CONT needs WITHIN GROUP (ORDER BY one attribute)", at)
+        target = _unwrap(keys[0].this)
+        if not isinstance(target, exp.Column):
+            raise unsupported(
+                "an expression in WITHIN GROUP", self.where(target), "order by one attribute"
+            )
+        fraction = float(value)
+        if keys[0].args.get("desc"):
+            fraction = 1.0 - fraction  # the p-th value from the top
+        return Aggregate(
+            "percentile_cont", self.column(target, table), at, "percentile_cont", fraction
+        )
+
     def aggregate(self, node: exp.Expression, table: Table | None) -> Aggregate | None:
+        if isinstance(node, exp.WithinGroup):
+            return self.percentile(node, table)
+        if isinstance(node, exp.PercentileCont):
+            raise bad_sql(
+                "PERCENTILE_CONT(p) needs WITHIN GROUP (ORDER BY attribute)", self.where(node)
+            )
         function = None
         written = ""
         argument: exp.Expression | None = None
@@ -207,7 +243,8 @@ class _Reader:
             return Aggregate(function, None, at, written)
         argument = _unwrap(argument)
         if isinstance(argument, exp.Column):
-            return Aggregate(function, self.column(argument, table), at, written)
+            fraction = 0.5 if function == "median" else None
+            return Aggregate(function, self.column(argument, table), at, written, fraction)
         if argument is None:
             raise bad_sql(f"{function.upper()} needs an attribute", at)
         raise unsupported(

@@ -26,6 +26,7 @@ import numpy as np
 
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
+from app.sql.quantiles import CodeIntervals, code_intervals
 from app.sql.statement import Value
 
 Masks = tuple[int, int]  # (true on, false on)
@@ -84,6 +85,11 @@ class AttributeCodes:
             : self.value_count
         ]
         return values
+
+    @cached_property
+    def intervals(self) -> CodeIntervals:
+        """The interval of values each code with a value stands for (quantiles)."""
+        return code_intervals(self.attribute)
 
     @cached_property
     def non_null(self) -> np.ndarray:

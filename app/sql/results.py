@@ -8,24 +8,33 @@ value. Everything here is arithmetic on those numbers — no inference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 # ---- the parts of a compiled query this module reads --------------------------------
 
+QUANTILE_FUNCTIONS = ("median", "percentile_cont", "min", "max")
+
 
 @dataclass(frozen=True)
 class AggregateSpec:
-    """COUNT(*) (attribute None), COUNT(a), SUM(a), AVG(a), VAR_*(a), STDDEV_*(a)."""
+    """COUNT(*) (attribute None), COUNT(a), SUM(a), AVG(a), VAR_*(a), STDDEV_*(a), and
+    the quantiles MEDIAN(a), PERCENTILE_CONT(fraction), MIN(a), MAX(a)."""
 
     function: str
     attribute: str | None
+    fraction: float | None = None  # PERCENTILE_CONT's p (MEDIAN: 0.5)
+
+    @property
+    def is_quantile(self) -> bool:
+        return self.function in QUANTILE_FUNCTIONS
 
     @property
     def moments(self) -> tuple[int, ...]:
-        """Which sums over the attribute's values it needs: 0 → Σ 1, 1 → Σ x, 2 → Σ x²."""
-        if self.attribute is None:
+        """Which sums over the attribute's values it needs: 0 → Σ 1, 1 → Σ x, 2 → Σ x²
+        (none for quantiles: they read the counts over the attribute's codes)."""
+        if self.attribute is None or self.is_quantile:
             return ()
         return {
             "count": (0,),
@@ -121,10 +130,12 @@ class SortKey:
 
 @dataclass(frozen=True)
 class Totals:
-    """Per group cell: the count, and per aggregated attribute its sums (cells × 3)."""
+    """Per group cell: the count, per aggregated attribute its sums (cells × 3), and per
+    attribute a quantile reads, its counts over the attribute's codes (cells × codes)."""
 
     count: np.ndarray
     sums: dict[str, np.ndarray]
+    values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def aggregate_values(spec: AggregateSpec, totals: Totals, has_value: np.ndarray) -> np.ndarray:

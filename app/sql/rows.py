@@ -9,23 +9,60 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from app.sql.compile import SqlPlan
 from app.sql.factored import group_cells, support
-from app.sql.results import Row, Totals, aggregate_values, holds, order_rows, page
+from app.sql.quantiles import of_function
+from app.sql.results import (
+    AggregateSpec,
+    Row,
+    Totals,
+    aggregate_values,
+    holds,
+    order_rows,
+    page,
+)
 
 Cell = str | int | float | None
+Interval = list[float] | list[int]
 
 
 @dataclass(frozen=True)
 class SqlTable:
-    """Column names, rows of values, and per value its standard error (None: none)."""
+    """Column names, rows of values, per value its standard error (None: none), and per
+    quantile value the interval of the code it lies in (None for other values)."""
 
     columns: list[str]
     rows: list[list[Cell]]
     errors: list[list[float | None]]
+    bins: list[list[Interval | None]]
+
+
+def _quantiles(
+    plan: SqlPlan, spec: AggregateSpec, totals: Totals, cells: np.ndarray, has_value: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A quantile aggregate per shown group cell: values, and its code's low and high
+    ends (NaN where SQL gives NULL)."""
+    attribute = spec.attribute
+    if attribute is None:
+        raise ValueError(f"{spec.function} needs an attribute")
+    intervals = plan.codes[attribute].intervals
+    counts = totals.values[attribute][cells]
+    found = np.full((3, len(cells)), np.nan)
+    for position, cell in enumerate(cells.tolist()):
+        if not has_value[cell]:
+            continue
+        answer = of_function(spec.function, spec.fraction, counts[position], intervals)
+        if answer is not None:
+            found[:, position] = (answer.value, answer.low, answer.high)
+    return found[0], found[1], found[2]
+
+
+def _integers(values: list[Cell]) -> list[Cell]:
+    return [v if v is None or isinstance(v, str) else round(v) for v in values]
 
 
 def _shown(values: np.ndarray) -> list[float | None]:
@@ -74,6 +111,7 @@ def build_table(
     cells = np.flatnonzero(support(plan, None)) if plan.group else np.zeros(1, dtype=np.int64)
     values: list[np.ndarray] = []
     spreads: list[np.ndarray | None] = []
+    ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for index, spec in enumerate(plan.aggregates):
         needs_values = spec.attribute is not None and spec.function != "count"
         has_value = (
@@ -81,7 +119,12 @@ def build_table(
             if needs_values
             else np.ones(group_cells(plan), dtype=bool)
         )
-        values.append(aggregate_values(spec, totals, has_value)[cells])
+        if spec.is_quantile:
+            value, low, high = _quantiles(plan, spec, totals, cells, has_value)
+            values.append(value)
+            ends[index] = (low, high)
+        else:
+            values.append(aggregate_values(spec, totals, has_value)[cells])
         spread = errors.get(index)
         spreads.append(spread[cells] if spread is not None else None)
     sizes = [plan.codes[name].size for name in plan.group]
@@ -89,21 +132,44 @@ def build_table(
     kept = _kept_positions(plan, group_codes, values, spreads)
     columns: list[list[Cell]] = []
     error_columns: list[list[float | None]] = []
-    nothing: list[float | None] = [None] * len(kept)
+    bin_columns: list[list[Interval | None]] = []
+    nothing: list[None] = [None] * len(kept)
     for output in plan.outputs:
         if output.group is not None:
             labels = plan.codes[output.group].labels
             codes = group_codes[plan.group.index(output.group)][kept]
             columns.append([labels[c] for c in codes.tolist()])
-            error_columns.append(nothing)
+            error_columns.append(list(nothing))
+            bin_columns.append(list(nothing))
         elif output.aggregate is not None:
-            columns.append(list(_shown(values[output.aggregate][kept])))
-            spread = spreads[output.aggregate]
-            error_columns.append(_shown(spread[kept]) if spread is not None else nothing)
+            index = output.aggregate
+            shown: list[Cell] = list(_shown(values[index][kept]))
+            spread = spreads[index]
+            error_columns.append(_shown(spread[kept]) if spread is not None else list(nothing))
+            if index in ends:
+                spec = plan.aggregates[index]
+                integer = plan.codes[spec.attribute or ""].intervals.integer
+                lows: list[Cell] = list(_shown(ends[index][0][kept]))
+                highs: list[Cell] = list(_shown(ends[index][1][kept]))
+                if integer:
+                    shown = _integers(shown)
+                    lows, highs = _integers(lows), _integers(highs)
+                bin_columns.append(
+                    [
+                        None if a is None or b is None else [a, b]  # type: ignore[misc]
+                        for a, b in zip(lows, highs, strict=True)
+                    ]
+                )
+            else:
+                bin_columns.append(list(nothing))
+            columns.append(shown)
     return SqlTable(
         [o.name for o in plan.outputs],
-        [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in kept],
-        [list(row) for row in zip(*error_columns, strict=True)]
-        if error_columns
-        else [[] for _ in kept],
+        _rows(columns, len(kept)),
+        _rows(error_columns, len(kept)),
+        _rows(bin_columns, len(kept)),
     )
+
+
+def _rows(columns: Sequence[Sequence[object]], count: int) -> list[list[Any]]:
+    return [list(row) for row in zip(*columns, strict=True)] if columns else [[]] * count

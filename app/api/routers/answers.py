@@ -237,6 +237,33 @@ class CountOut(BaseModel):
     note: str | None
 
 
+class QuantileOut(BaseModel):
+    p: float
+    value: float | None = Field(description="The p-quantile; an integer for integer attributes.")
+    bin: list[float] | None = Field(description="[low, high]: the bin (or integers) it lies in.")
+
+
+class ExtremeOut(BaseModel):
+    value: float
+    bin: list[float]
+
+
+class QuantilesOut(BaseModel):
+    attribute: str
+    quantiles: list[QuantileOut]
+    min: ExtremeOut | None = Field(
+        description="Low edge of the lowest bin whose estimated count is at least `min_max_count`."
+    )
+    max: ExtremeOut | None = Field(
+        description="High edge of the highest bin whose estimated count is at least "
+        "`min_max_count`."
+    )
+    count: float = Field(description="The model's count of records with a value.")
+    min_max_count: float
+    model_version: int
+    note: str | None
+
+
 class AnswerOut(BaseModel):
     attributes: list[str] = Field(description="The `by` and `moments` axes, in order.")
     labels: list[list[str]] = Field(description="Cell labels, row-major over the axes.")
@@ -309,6 +336,36 @@ async def read_count(
     size = answers.count_size(loaded, count)
     response = await answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
     return mark_unmeasured(response, unmeasured_attributes(loaded, count.attributes))
+
+
+@router.get(
+    "/quantiles",
+    response_model=None,
+    responses={200: {"model": QuantilesOut, "headers": UNMEASURED_DOC}, **NOT_FOUND, **INVALID},
+)
+async def read_quantiles(
+    database: DatabaseDep,
+    access: DatasetAccessDep,
+    attr: Annotated[
+        SafeText,
+        Query(description="A numeric or integer attribute.", examples=["age"]),
+    ],
+    p: Annotated[
+        SafeText | None,
+        Query(
+            description="Fractions from 0 to 1, comma-separated (default 0.25,0.5,0.75).",
+            examples=["0.5,0.9"],
+        ),
+    ] = None,
+) -> SafeJSONResponse:
+    """Quantiles, MIN and MAX of one attribute from the model, each with its bin (free)."""
+    fractions = answers.parse_fractions(p)
+    loaded = await model_for(database, access)
+    size = answers.quantiles_size(loaded, attr)
+    response = await answer(
+        size, lambda: SafeJSONResponse(answers.quantiles_answer(loaded, attr, fractions))
+    )
+    return mark_unmeasured(response, unmeasured_attributes(loaded, [attr]))
 
 
 @router.post(

@@ -50,6 +50,10 @@ class SqlOut(BaseModel):
         description="Per value: its standard error where measurements cover what it adds "
         "up (COUNT and SUM), else null."
     )
+    bins: list[list[list[float] | None]] = Field(
+        description="Per value of MEDIAN, PERCENTILE_CONT, MIN and MAX: the interval "
+        "[low, high] of the bin (or the integers) it lies in; else null."
+    )
     model_version: int
     unmeasured: list[str] = Field(description="Attributes of the query no measurement touched.")
     note: str | None

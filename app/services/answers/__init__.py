@@ -11,6 +11,8 @@ the routers can send them without re-validating large response models.
 - `count_answer` — one number for `where=attr:v1,v2` / `where=attr:lo..hi` filters.
 - `queries_answer` — a batch of factored queries (Private-PGM appendix B): `where`
   value sets or ranges, `by` value / cdf / groups, `weights`, `moments`.
+- `quantiles_answer` — p-quantiles, MIN and MAX of one attribute from its one-way
+  marginal, each with the bin it lies in (`parse_fractions`, `quantiles_size`).
 - `synthetic_csv` — records sampled from the model, as CSV in the schema's labels.
 - `sql_answer` — a SQL SELECT compiled by `app.sql` to factored queries (`read_sql`,
   `prepare_sql`, `prepare_text` (kept per model version), `answer_sql`; `sql_json`, and
@@ -61,6 +63,7 @@ from app.services.answers.marginals import (
     parse_attribute_list,
     standard_error,
 )
+from app.services.answers.quantiles import parse_fractions, quantiles_answer, quantiles_size
 from app.services.answers.queries import (
     Grouping,
     PreparedBatch,
@@ -128,10 +131,13 @@ __all__ = [
     "marginal_size",
     "model_description",
     "parse_attribute_list",
+    "parse_fractions",
     "parse_where",
     "prepare_queries",
     "prepare_sql",
     "prepare_text",
+    "quantiles_answer",
+    "quantiles_size",
     "queries_answer",
     "read_sql",
     "ready_model",

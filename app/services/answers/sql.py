@@ -157,7 +157,7 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
 
 
 def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
-    """The result table: `{"columns", "rows", "standard_errors", "model_version",
+    """The result table: `{"columns", "rows", "standard_errors", "bins", "model_version",
     "unmeasured", "note", "terms", "factored_queries"}`."""
     plan = prepared.plan
     answers = loaded.model.answer_many(
@@ -170,6 +170,7 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
         "columns": table.columns,
         "rows": table.rows,
         "standard_errors": table.errors,
+        "bins": table.bins,
         "model_version": loaded.version,
         "unmeasured": unmeasured,
         "note": note,
