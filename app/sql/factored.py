@@ -42,12 +42,16 @@ class TermQuery:
     values: bool = False
 
 
-def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
+def _mask_vector(plan: SqlPlan, codes: AttributeCodes, box: Box) -> np.ndarray:
+    """Per code, the share of its records a box keeps: 1 or 0, or for a bin the WHERE
+    clause cuts, the share of its pieces in the box (`app.sql.pieces`)."""
     mask = dict(box).get(codes.name)
-    vector = np.ones(codes.size)
-    if mask is not None:
-        vector = np.array([(mask >> c) & 1 for c in range(codes.size)], dtype=float)
-    return vector
+    if mask is None:
+        return np.ones(codes.size)
+    pieces = plan.pieces.get(codes.name)
+    if pieces is not None:
+        return pieces.weights(mask)
+    return np.array([(mask >> c) & 1 for c in range(codes.size)], dtype=float)
 
 
 def _moment_rows(codes: AttributeCodes) -> np.ndarray:
@@ -71,7 +75,7 @@ def _term_query(
     names += [name for name, _ in box if name not in names]
     for name in names:
         codes = plan.codes[name]
-        mask = _mask_vector(codes, box)
+        mask = _mask_vector(plan, codes, box)
         grouped = name in plan.group
         if grouped and name == attribute:
             rows = _moment_rows(codes) * mask
@@ -168,12 +172,13 @@ def support(plan: SqlPlan, attribute: str | None) -> np.ndarray:
         masks = dict(box)
         if attribute is not None and attribute not in plan.group:
             codes = plan.codes[attribute]
-            if not masks.get(attribute, codes.full) & codes.values_mask:
+            space = plan.pieces.get(attribute) or codes
+            if not masks.get(attribute, space.full) & space.values_mask:
                 continue
         vectors = []
         for name in plan.group:
             codes = plan.codes[name]
-            vector = _mask_vector(codes, box) > 0
+            vector = _mask_vector(plan, codes, box) > 0
             if name == attribute:
                 vector = vector & (codes.non_null > 0)
             vectors.append(vector.astype(float))
@@ -198,7 +203,7 @@ def error_weights(plan: SqlPlan, spec: AggregateSpec) -> tuple[tuple[str, ...], 
         scalar = 1.0
         for name in names:
             codes = plan.codes[name]
-            vector = _mask_vector(codes, box)
+            vector = _mask_vector(plan, codes, box)
             if name == attribute:
                 vector = vector * (codes.non_null if spec.function == "count" else codes.points**2)
             if name in plan.group:

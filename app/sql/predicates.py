@@ -7,11 +7,13 @@ Keeping both sets lets NOT, AND and OR combine predicates exactly as SQL does.
 Values are compared as the schema defines the attribute's codes:
 - categorical: its string values (=, <>, IN, LIKE; <, > compare strings);
 - integer: the codes as numbers;
-- numeric (binned): the model counts values per bin, not where they lie inside one, so
-  a comparison must hold for all or none of each bin's values — `age < 30` is answered
-  when 30 is a bin edge; `age < 31` is refused naming the bin it cuts. `=`/IN also take
-  a bin's label ("[18, 30)").
-Masks are Python integers: bit c is code c.
+- numeric (binned): per bin, a comparison holds for all its values (true), none
+  (false), or some — it cuts the bin. `compare` gives the bins wholly true and wholly
+  false (what the bounds of a cut answer count); `compare_pieces` the same over the
+  pieces the WHERE clause's cut points split the bins into (`app.sql.pieces`), which
+  the estimate counts. `=`/IN also take a bin's label ("[18, 30)"). HAVING on a
+  grouped attribute has whole groups only: there a cut bin is refused.
+Masks are Python integers: bit c is code (or piece) c.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
+from app.sql.pieces import Pieces
 from app.sql.quantiles import CodeIntervals, code_intervals
 from app.sql.statement import Value
 
@@ -69,8 +72,8 @@ class AttributeCodes:
         """What a row shows for each code: the value, the bin label, the integer; None
         for the null code."""
         shown: list[str | int | None]
-        if self.kind == "integer":
-            shown = list(range(self.value_count))
+        if self.kind == "integer" and not self.binned:
+            shown = [round(v) for v in self.intervals.low.tolist()]
         else:
             shown = list(self.attribute.labels()[: self.value_count])
         if self.null_code is not None:
@@ -90,6 +93,16 @@ class AttributeCodes:
     def intervals(self) -> CodeIntervals:
         """The interval of values each code with a value stands for (quantiles)."""
         return code_intervals(self.attribute)
+
+    @cached_property
+    def binned(self) -> bool:
+        """A code stands for more than one value (a numeric bin, an integer bin)."""
+        if self.kind == "numeric":
+            return True
+        if self.kind != "integer":
+            return False
+        intervals = self.intervals
+        return bool(np.any(intervals.high > intervals.low))
 
     @cached_property
     def non_null(self) -> np.ndarray:
@@ -184,17 +197,46 @@ def compare(codes: AttributeCodes, op: str, value: Value, at: Position | None) -
         true = mask_of(_known_codes(codes, [value], at))
         return (true, values & ~true) if op == "=" else (values & ~true, true)
     number = _number(codes, value, at)
-    if codes.kind == "integer":
-        true = mask_of([c for c in range(codes.value_count) if _compare_values(op, c, number)])
+    intervals = codes.intervals
+    if codes.kind == "integer" and not codes.binned:
+        true = mask_of(
+            [c for c in range(codes.value_count) if _compare_values(op, intervals.low[c], number)]
+        )
         return true, values & ~true
-    edges = codes.attribute.edges
     true = false = 0
+    last = codes.value_count - 1
     for code in range(codes.value_count):
-        holds = _bin_truth(edges[code], edges[code + 1], code == codes.value_count - 1, op, number)
+        low, high = float(intervals.low[code]), float(intervals.high[code])
+        # an integer bin holds the integers low..high: a closed interval
+        closed = code == last or intervals.integer
+        holds = _bin_truth(low, high, closed, op, number)
         if holds is True:
             true |= 1 << code
         elif holds is False:
             false |= 1 << code
+    return true, false
+
+
+def compare_pieces(
+    codes: AttributeCodes, pieces: Pieces, op: str, value: Value, at: Position | None
+) -> Masks:
+    """`attribute op value` over the pieces of a binned attribute: each piece wholly
+    true or false (a comparison with a bin's label: the pieces of its bins)."""
+    if isinstance(value, str) or value is None:
+        true, false = compare(codes, op, value, at)
+        return pieces.of_codes(true), pieces.of_codes(false)
+    number = _number(codes, value, at)
+    true = false = 0
+    point_equality = not codes.intervals.integer and op in ("=", "<>")
+    for index, point in enumerate(pieces.point.tolist()):
+        if point != point:  # the null code: unknown
+            continue
+        # A continuous piece is an open interval: it holds no single value.
+        holds = (op == "<>") if point_equality else _compare_values(op, point, number)
+        if holds:
+            true |= 1 << index
+        else:
+            false |= 1 << index
     return true, false
 
 
@@ -272,13 +314,20 @@ def like(
     return true, codes.values_mask & ~true
 
 
-def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Position | None) -> None:
-    """Refuse a predicate on a binned attribute that holds for part of a bin only."""
+def undecided(codes: AttributeCodes, masks: Masks) -> int:
+    """The bins (codes with a value) a predicate holds on for part only: it cuts them."""
     true, false = masks
-    undecided = codes.values_mask & ~(true | false)
-    if not undecided or codes.kind != "numeric":
+    return codes.values_mask & ~(true | false) if codes.binned else 0
+
+
+def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Position | None) -> None:
+    """Refuse a predicate on a binned attribute that holds for part of a bin only
+    (HAVING on a grouped attribute: a group is a whole bin)."""
+    cut = undecided(codes, masks)
+    if not cut:
         return
-    first = (undecided & -undecided).bit_length() - 1
+    undecided_mask = cut
+    first = (undecided_mask & -undecided_mask).bit_length() - 1
     edges = ", ".join(format_number(e) for e in codes.attribute.edges)
     raise bad_sql(
         f"{text} cuts the bin {codes.labels[first]} of {codes.name!r}: the model counts "

@@ -39,6 +39,7 @@ class SqlTable:
     rows: list[list[Cell]]
     errors: list[list[float | None]]
     bins: list[list[Interval | None]]
+    bounds: list[list[list[float] | None]]
 
 
 def _quantiles(
@@ -101,17 +102,45 @@ def _kept_positions(
     return np.asarray([position_of[id(row)] for row in ordered], dtype=np.int64)
 
 
+def _count_bounds(
+    spec: AggregateSpec,
+    value: np.ndarray,
+    cells: np.ndarray,
+    count_bounds: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """COUNT(*)'s bounds per shown group cell: with a cut bin counted not at all and
+    whole; the count itself when WHERE cuts no bin. None for other aggregates."""
+    if spec.function != "count" or spec.attribute is not None:
+        return None
+    if count_bounds is None:
+        return value, value
+    low = np.minimum(np.maximum(count_bounds[0][cells], 0.0), value)
+    high = np.maximum(np.maximum(count_bounds[1][cells], 0.0), value)
+    return low, high
+
+
 def build_table(
-    plan: SqlPlan, totals: Totals, standard_errors: Mapping[int, np.ndarray] | None = None
+    plan: SqlPlan,
+    totals: Totals,
+    standard_errors: Mapping[int, np.ndarray] | None = None,
+    count_bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SqlTable:
     """The rows of a plan from its totals; `standard_errors` by aggregate index, per group
-    cell (NaN where there is none)."""
+    cell (NaN where there is none); `count_bounds`, per group cell, the counts of the
+    lower and upper bound plans when WHERE cuts a bin (`SqlPlan.bound_plan`)."""
     errors = standard_errors or {}
     # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
-    cells = np.flatnonzero(support(plan, None)) if plan.group else np.zeros(1, dtype=np.int64)
+    if plan.group:
+        found = support(plan, None)
+        if plan.approximate:  # a group the cut bins may hold rows of
+            found |= support(plan.bound_plan(upper=True), None)
+        cells = np.flatnonzero(found)
+    else:
+        cells = np.zeros(1, dtype=np.int64)
     values: list[np.ndarray] = []
     spreads: list[np.ndarray | None] = []
     ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    limits: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for index, spec in enumerate(plan.aggregates):
         needs_values = spec.attribute is not None and spec.function != "count"
         has_value = (
@@ -125,6 +154,9 @@ def build_table(
             ends[index] = (low, high)
         else:
             values.append(aggregate_values(spec, totals, has_value)[cells])
+            found_bounds = _count_bounds(spec, values[-1], cells, count_bounds)
+            if found_bounds is not None:
+                limits[index] = found_bounds
         spread = errors.get(index)
         spreads.append(spread[cells] if spread is not None else None)
     sizes = [plan.codes[name].size for name in plan.group]
@@ -133,6 +165,7 @@ def build_table(
     columns: list[list[Cell]] = []
     error_columns: list[list[float | None]] = []
     bin_columns: list[list[Interval | None]] = []
+    bound_columns: list[list[list[float] | None]] = []
     nothing: list[None] = [None] * len(kept)
     for output in plan.outputs:
         if output.group is not None:
@@ -141,8 +174,22 @@ def build_table(
             columns.append([labels[c] for c in codes.tolist()])
             error_columns.append(list(nothing))
             bin_columns.append(list(nothing))
+            bound_columns.append(list(nothing))
         elif output.aggregate is not None:
             index = output.aggregate
+            if index in limits:
+                bound_columns.append(
+                    [
+                        [a, b]
+                        for a, b in zip(
+                            limits[index][0][kept].tolist(),
+                            limits[index][1][kept].tolist(),
+                            strict=True,
+                        )
+                    ]
+                )
+            else:
+                bound_columns.append(list(nothing))
             shown: list[Cell] = list(_shown(values[index][kept]))
             spread = spreads[index]
             error_columns.append(_shown(spread[kept]) if spread is not None else list(nothing))
@@ -168,6 +215,7 @@ def build_table(
         _rows(columns, len(kept)),
         _rows(error_columns, len(kept)),
         _rows(bin_columns, len(kept)),
+        _rows(bound_columns, len(kept)),
     )
 
 

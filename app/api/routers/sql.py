@@ -54,6 +54,14 @@ class SqlOut(BaseModel):
         description="Per value of MEDIAN, PERCENTILE_CONT, MIN and MAX: the interval "
         "[low, high] of the bin (or the integers) it lies in; else null."
     )
+    bounds: list[list[list[float] | None]] = Field(
+        description="Per COUNT(*) value: [low, high], what the bins allow — a bin the "
+        "WHERE clause cuts counted not at all and whole (the count itself when it cuts "
+        "none); else null."
+    )
+    approximate: bool = Field(
+        description="WHERE cuts a bin: its records are spread uniformly within it."
+    )
     model_version: int
     unmeasured: list[str] = Field(description="Attributes of the query no measurement touched.")
     note: str | None

@@ -49,6 +49,8 @@ class PreparedSql:
     plan: SqlPlan
     queries: tuple[TermQuery, ...]
     size: WorkSize
+    # When WHERE cuts a bin: the counts queries of the lower and the upper bound.
+    bound_queries: tuple[tuple[TermQuery, ...], tuple[TermQuery, ...]] | None = None
 
 
 def read_sql(text: str) -> Statement:
@@ -115,6 +117,13 @@ def prepare_sql(
     schema, model = loaded.schema, loaded.model
     plan = sql.compile_statement(statement, schema, model.domain, table_names)
     queries = sql.build_queries(plan, model.domain)
+    bound_queries = None
+    if plan.approximate:
+        bound_queries = (
+            sql.build_queries(plan.bound_plan(upper=False), model.domain),
+            sql.build_queries(plan.bound_plan(upper=True), model.domain),
+        )
+    every = queries + (bound_queries[0] + bound_queries[1] if bound_queries else ())
     cells = sql.group_cells(plan)
     if cells > max_cells:
         raise TooManyCells(
@@ -124,23 +133,24 @@ def prepare_sql(
             cells=cells,
             max_cells=max_cells,
         )
-    if len(queries) > MAX_QUERIES_PER_REQUEST:
+    if len(every) > MAX_QUERIES_PER_REQUEST:
         raise sql.TooManyTerms(
-            f"query: answering needs {len(queries)} factored queries, more than the limit "
+            f"query: answering needs {len(every)} factored queries, more than the limit "
             f"of {MAX_QUERIES_PER_REQUEST}; aggregate fewer attributes or simplify WHERE",
             parameter="query",
             max_queries=MAX_QUERIES_PER_REQUEST,
         )
     largest = 0
     work = 0
-    for item in queries:
+    for item in every:
         try:
             tree_plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
         except InferenceTooLarge as error:
             raise too_large(error, "query") from None
         largest = max(largest, tree_plan.max_intermediate_cells)
         work += tree_plan.work
-    return PreparedSql(plan, queries, WorkSize(cells * max(len(plan.outputs), 1), largest, work))
+    size = WorkSize(cells * max(len(plan.outputs), 1), largest, work)
+    return PreparedSql(plan, queries, size, bound_queries)
 
 
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
@@ -157,20 +167,32 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
 
 
 def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
-    """The result table: `{"columns", "rows", "standard_errors", "bins", "model_version",
+    """The result table: `{"columns", "rows", "standard_errors", "bins", "bounds",
+    "approximate", "model_version",
     "unmeasured", "note", "terms", "factored_queries"}`."""
     plan = prepared.plan
+    lower, upper = prepared.bound_queries or ((), ())
+    every = prepared.queries + lower + upper
     answers = loaded.model.answer_many(
-        [item.query for item in prepared.queries], max_cells=MAX_INFERENCE_CELLS
+        [item.query for item in every], max_cells=MAX_INFERENCE_CELLS
     )
-    totals = sql.totals(plan, prepared.queries, answers)
-    table = sql.build_table(plan, totals, _standard_errors(loaded, plan))
+    estimate = len(prepared.queries)
+    totals = sql.totals(plan, prepared.queries, answers[:estimate])
+    count_bounds = None
+    if prepared.bound_queries is not None:
+        low_plan, high_plan = plan.bound_plan(upper=False), plan.bound_plan(upper=True)
+        low = sql.totals(low_plan, lower, answers[estimate : estimate + len(lower)])
+        high = sql.totals(high_plan, upper, answers[estimate + len(lower) :])
+        count_bounds = (low.count, high.count)
+    table = sql.build_table(plan, totals, _standard_errors(loaded, plan), count_bounds)
     unmeasured, note = untouched_note(loaded, plan.mentioned)
     return {
         "columns": table.columns,
         "rows": table.rows,
         "standard_errors": table.errors,
         "bins": table.bins,
+        "bounds": table.bounds,
+        "approximate": plan.approximate,
         "model_version": loaded.version,
         "unmeasured": unmeasured,
         "note": note,
