@@ -233,6 +233,13 @@ class MarginalOut(BaseModel):
 
 class CountOut(BaseModel):
     count: float
+    bounds: list[float] = Field(
+        description="[low, high]: bins a range cuts counted not at all and whole (the "
+        "count itself when no range cuts a bin)."
+    )
+    approximate: bool = Field(
+        description="A range cuts a bin: its records are spread uniformly within it."
+    )
     model_version: int
     note: str | None
 
@@ -325,7 +332,8 @@ async def read_count(
         list[SafeText],
         Query(
             description="Repeatable filter: `sex:F,M` (values) or `age:30..45` (half-open "
-            "range on original values; either end may be left out).",
+            "range on original values; either end may be left out; a range that cuts a "
+            "bin spreads its records uniformly within it).",
             examples=[["sex:F", "age:30..45"]],
         ),
     ] = [],  # noqa: B006 — FastAPI copies query defaults
