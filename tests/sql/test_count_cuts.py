@@ -73,3 +73,28 @@ def test_cut_ranges_combine_with_other_filters_and_repeats(client, world):
     assert body["count"] == pytest.approx(8 / 15 * joint[0, 2] + 5 / 20 * joint[0, 3], abs=0.01)
     assert body["bounds"][0] == pytest.approx(0.0, abs=0.01)
     assert body["bounds"][1] == pytest.approx(joint[0, 2:4].sum(), abs=0.01)
+
+
+def test_factored_queries_spread_a_cut_range_with_bounds(client, world):
+    joint = _marginal(client, world, "sex,age").reshape(2, 5)
+    where = {"age": {"ge": 30, "lt": 37}}
+    response = client.post(
+        world["url"] + "/queries",
+        json={
+            "queries": [
+                {"where": where, "by": {"sex": "value"}},
+                {"where": where, "moments": {"hours-per-week": 1}},
+                {"where": {"age": {"ge": 30, "lt": 45}}, "by": {"sex": "value"}},
+            ]
+        },
+        headers=world["headers"],
+    )
+    assert response.status_code == 200, response.text
+    cut, moments, exact = response.json()["answers"]
+    assert cut["approximate"] is True and "cuts a bin" in cut["note"]
+    assert cut["values"] == pytest.approx(7 / 15 * joint[:, 2], abs=0.01)
+    assert cut["bounds"]["lower"] == pytest.approx([0, 0], abs=0.01)
+    assert cut["bounds"]["upper"] == pytest.approx(joint[:, 2], abs=0.01)
+    assert moments["approximate"] is True and moments["bounds"] is None
+    assert exact["approximate"] is False and exact["bounds"] is None
+    assert exact["values"] == pytest.approx(joint[:, 2], abs=0.01)

@@ -276,6 +276,13 @@ class AnswerOut(BaseModel):
     labels: list[list[str]] = Field(description="Cell labels, row-major over the axes.")
     values: list[float] = Field(description="One value per cell; one value if no axes.")
     note: str | None
+    approximate: bool = Field(
+        description="A `where` range cuts a bin: its records are spread uniformly within it."
+    )
+    bounds: dict[str, list[float]] | None = Field(
+        description="When approximate (and the query has no weights or moments): per cell, "
+        "`lower` (cut bins counted not at all) and `upper` (counted whole)."
+    )
 
 
 class AnswersOut(BaseModel):
