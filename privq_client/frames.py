@@ -91,6 +91,21 @@ def count_frame(body: Json, filters: Mapping[str, str]) -> pd.DataFrame:
     return frame
 
 
+def quantiles_frame(body: Json) -> pd.DataFrame:
+    """`GET /quantiles` as a row per fraction: `p`, `value`, and its bin's `low`, `high`."""
+    items = body["quantiles"]
+    frame = pd.DataFrame(
+        {
+            "p": [item["p"] for item in items],
+            "value": [item["value"] for item in items],
+            "low": [None if item["bin"] is None else item["bin"][0] for item in items],
+            "high": [None if item["bin"] is None else item["bin"][1] for item in items],
+        }
+    )
+    frame.attrs.update({k: v for k, v in body.items() if k != "quantiles"})
+    return frame
+
+
 class ChunkReader(io.RawIOBase):
     """A read-only file over an iterator of byte chunks (a streamed HTTP body)."""
 

@@ -167,3 +167,21 @@ def test_quantiles_route_refuses_with_422(client, world, params, words):
     response = client.get(world["url"] + "/quantiles", params=params, headers=world["headers"])
     assert response.status_code == 422, response.text
     assert words in response.json()["error"]["message"]
+
+
+def test_client_quantiles_is_a_frame_of_the_routes_answer(client, world):
+    from privq_client import Client
+
+    key = world["headers"]["Authorization"].split()[-1]
+    analyst = Client("http://testserver", key, http_client=client)
+    dataset_id = world["url"].rsplit("/", 1)[-1]
+    frame = analyst.quantiles(dataset_id, "age", p=[0.1, 0.5])
+    body = client.get(
+        world["url"] + "/quantiles",
+        params={"attr": "age", "p": "0.1,0.5"},
+        headers=world["headers"],
+    ).json()
+    assert list(frame.columns) == ["p", "value", "low", "high"]
+    assert frame["value"].tolist() == [q["value"] for q in body["quantiles"]]
+    assert frame["low"].tolist() == [q["bin"][0] for q in body["quantiles"]]
+    assert frame.attrs["max"] == body["max"]
