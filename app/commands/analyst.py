@@ -110,7 +110,7 @@ def aim(args: argparse.Namespace, service: Service) -> int:
     return _submit(args, service, "/mechanisms/aim", body)
 
 
-# ---- free: budget, marginal, count, quantiles, synthetic, sql ----------------------------------------
+# ---- free: budget, marginal, count, quantiles, synthetic, sql --------------------------
 
 
 def budget(args: argparse.Namespace, service: Service) -> int:
