@@ -220,4 +220,10 @@ def build_table(
 
 
 def _rows(columns: Sequence[Sequence[object]], count: int) -> list[list[Any]]:
-    return [list(row) for row in zip(*columns, strict=True)] if columns else [[]] * count
+    """Columns → rows. A table of nulls only (no standard error, no interval) is one
+    row shared by every row: it is only ever encoded, never changed."""
+    if not columns:
+        return [[] for _ in range(count)]
+    if all(column[0] is None and column.count(None) == count for column in columns if count):
+        return [[None] * len(columns)] * count
+    return list(map(list, zip(*columns, strict=True)))

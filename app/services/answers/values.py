@@ -153,8 +153,8 @@ def range_shares(
     for code in range(len(intervals)):
         low, high = float(intervals.low[code]), float(intervals.high[code])
         if intervals.integer:  # the integers low..high in [ge, lt)
-            first = max(low, math.ceil(low_end))
-            final = min(high, math.ceil(high_end) - 1)
+            first = low if low_end == -math.inf else max(low, math.ceil(low_end))
+            final = high if high_end == math.inf else min(high, math.ceil(high_end) - 1)
             inside = max(0.0, final - first + 1)
             weights[code] = inside / (high - low + 1)
             lower[code] = inside == high - low + 1
