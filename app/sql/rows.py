@@ -32,14 +32,16 @@ Interval = list[float] | list[int]
 
 @dataclass(frozen=True)
 class SqlTable:
-    """Column names, rows of values, per value its standard error (None: none), and per
-    quantile value the interval of the code it lies in (None for other values)."""
+    """Column names, rows of values, per value its standard error (None: none); per
+    quantile column, the interval of the code each value lies in; per COUNT(*) column
+    when WHERE cuts a bin, the bounds of each value."""
 
     columns: list[str]
     rows: list[list[Cell]]
     errors: list[list[float | None]]
-    bins: list[list[Interval | None]]
-    bounds: list[list[list[float] | None]]
+    # Per column (aligned with `columns`): None, or one entry per row.
+    bins: list[list[Interval | None] | None]
+    bounds: list[list[list[float]] | None]
 
 
 def _quantiles(
@@ -109,11 +111,9 @@ def _count_bounds(
     count_bounds: tuple[np.ndarray, np.ndarray] | None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """COUNT(*)'s bounds per shown group cell: with a cut bin counted not at all and
-    whole; the count itself when WHERE cuts no bin. None for other aggregates."""
-    if spec.function != "count" or spec.attribute is not None:
+    whole. None for other aggregates, and when WHERE cuts no bin."""
+    if spec.function != "count" or spec.attribute is not None or count_bounds is None:
         return None
-    if count_bounds is None:
-        return value, value
     low = np.minimum(np.maximum(count_bounds[0][cells], 0.0), value)
     high = np.maximum(np.maximum(count_bounds[1][cells], 0.0), value)
     return low, high
@@ -164,8 +164,8 @@ def build_table(
     kept = _kept_positions(plan, group_codes, values, spreads)
     columns: list[list[Cell]] = []
     error_columns: list[list[float | None]] = []
-    bin_columns: list[list[Interval | None]] = []
-    bound_columns: list[list[list[float] | None]] = []
+    bin_columns: list[list[Interval | None] | None] = []
+    bound_columns: list[list[list[float]] | None] = []
     nothing: list[None] = [None] * len(kept)
     for output in plan.outputs:
         if output.group is not None:
@@ -173,8 +173,8 @@ def build_table(
             codes = group_codes[plan.group.index(output.group)][kept]
             columns.append([labels[c] for c in codes.tolist()])
             error_columns.append(list(nothing))
-            bin_columns.append(list(nothing))
-            bound_columns.append(list(nothing))
+            bin_columns.append(None)
+            bound_columns.append(None)
         elif output.aggregate is not None:
             index = output.aggregate
             if index in limits:
@@ -189,7 +189,7 @@ def build_table(
                     ]
                 )
             else:
-                bound_columns.append(list(nothing))
+                bound_columns.append(None)
             shown: list[Cell] = list(_shown(values[index][kept]))
             spread = spreads[index]
             error_columns.append(_shown(spread[kept]) if spread is not None else list(nothing))
@@ -208,14 +208,14 @@ def build_table(
                     ]
                 )
             else:
-                bin_columns.append(list(nothing))
+                bin_columns.append(None)
             columns.append(shown)
     return SqlTable(
         [o.name for o in plan.outputs],
         _rows(columns, len(kept)),
         _rows(error_columns, len(kept)),
-        _rows(bin_columns, len(kept)),
-        _rows(bound_columns, len(kept)),
+        bin_columns,
+        bound_columns,
     )
 
 

@@ -50,14 +50,13 @@ class SqlOut(BaseModel):
         description="Per value: its standard error where measurements cover what it adds "
         "up (COUNT and SUM), else null."
     )
-    bins: list[list[list[float] | None]] = Field(
-        description="Per value of MEDIAN, PERCENTILE_CONT, MIN and MAX: the interval "
-        "[low, high] of the bin (or the integers) it lies in; else null."
+    bins: list[list[list[float] | None] | None] = Field(
+        description="Per column: for MEDIAN, PERCENTILE_CONT, MIN and MAX, per row the "
+        "interval [low, high] of the bin (or the integers) the value lies in; else null."
     )
-    bounds: list[list[list[float] | None]] = Field(
-        description="Per COUNT(*) value: [low, high], what the bins allow — a bin the "
-        "WHERE clause cuts counted not at all and whole (the count itself when it cuts "
-        "none); else null."
+    bounds: list[list[list[float]] | None] = Field(
+        description="Per column: for COUNT(*) when the WHERE clause cuts a bin, per row "
+        "[low, high] — the cut bins counted not at all and whole; else null."
     )
     approximate: bool = Field(
         description="WHERE cuts a bin: its records are spread uniformly within it."
