@@ -48,19 +48,19 @@ def code_intervals(attribute: Attribute) -> CodeIntervals:
             "quantiles in"
         )
     count = attribute.value_size
+    if attribute.kind == "numeric":
+        edges = np.asarray(attribute.edges, dtype=float)
+        return CodeIntervals(edges[:-1].copy(), edges[1:].copy(), integer=False)
     bin_interval = getattr(attribute, "bin_interval", None)
-    if callable(bin_interval):
+    if getattr(attribute, "is_binned", False) and callable(bin_interval):
+        # integer bins: the integers low..high of each code, both inclusive
         pairs = [bin_interval(code)[:2] for code in range(count)]
         low = np.array([float(p[0]) for p in pairs])
         high = np.array([float(p[1]) for p in pairs])
-    elif attribute.kind == "numeric":
-        edges = np.asarray(attribute.edges, dtype=float)
-        low, high = edges[:-1].copy(), edges[1:].copy()
-    else:
-        first = float(getattr(attribute, "integer_min", 0) or 0)
-        low = first + np.arange(count, dtype=float)
-        high = low.copy()
-    return CodeIntervals(low, high, attribute.kind == "integer")
+        return CodeIntervals(low, high, integer=True)
+    first = float(getattr(attribute, "integer_min", 0) or 0)
+    low = first + np.arange(count, dtype=float)
+    return CodeIntervals(low, low.copy(), integer=True)
 
 
 @dataclass(frozen=True)
