@@ -74,6 +74,8 @@ def table_text(result: dict[str, Any]) -> str:
     footer = f"({len(rows)} rows, model version {result['model_version']}"
     if result["unmeasured"]:
         footer += f"; no measurement touched {', '.join(result['unmeasured'])}"
+    if result.get("approximate"):
+        footer += "; approximate: WHERE cuts a bin, spread uniformly within it (--json: bounds)"
     return "\n".join([line(columns), *(line(c) for c in cells), footer + ")"])
 
 

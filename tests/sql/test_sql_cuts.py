@@ -123,3 +123,13 @@ def test_integer_attributes_are_compared_as_integers(model):
     assert approximate is False and estimate == pytest.approx(
         joint.count((hours >= 2) & (hours < 4))
     )
+
+
+def test_the_table_text_says_a_cut_answer_is_approximate(model):
+    from app.commands.sql import table_text
+
+    served, _ = model
+    cut = table_text(answer(served, "SELECT COUNT(*) FROM people WHERE age > 37"))
+    assert "approximate" in cut.splitlines()[-1]
+    exact = table_text(answer(served, "SELECT COUNT(*) FROM people WHERE age >= 30"))
+    assert "approximate" not in exact
