@@ -13,7 +13,8 @@ runner that loads a dataset's latest model and answers is
   of per-attribute code sets (`predicates`, `regions`) → inclusion–exclusion terms.
 - `factored.build_queries` — per term, one count query and one moments query per
   aggregated attribute; `factored.totals` adds the signed answers.
-- `rows.build_table` — aggregates, HAVING, ORDER BY, LIMIT/OFFSET → columns and rows.
+- `rows.build_table` — aggregates, HAVING, ORDER BY, LIMIT/OFFSET → columns and rows
+  (`build_table_json`: the same, encoded column by column for the HTTP answer).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from app.sql.errors import BadSql, Position, SqlTooComplex, TooManyTerms, Unsupp
 from app.sql.factored import TermQuery, build_queries, error_weights, group_cells, totals
 from app.sql.grammar import read_statement
 from app.sql.regions import MAX_BOXES, MAX_TERMS
-from app.sql.rows import SqlTable, build_table
+from app.sql.rows import SqlTable, build_table, build_table_json
 from app.sql.statement import Statement
 from app.sql.syntax import MAX_NESTING, MAX_SQL_CHARACTERS, parse
 
@@ -75,6 +76,7 @@ __all__ = [
     "UnsupportedSql",
     "build_queries",
     "build_table",
+    "build_table_json",
     "compile_sql",
     "compile_statement",
     "error_weights",

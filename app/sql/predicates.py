@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
@@ -81,9 +82,17 @@ class AttributeCodes:
         return shown
 
     @cached_property
+    def labels_json(self) -> list[bytes]:
+        """`labels`, each encoded as JSON."""
+        return [orjson.dumps(label) for label in self.labels]
+
+    @cached_property
     def points(self) -> np.ndarray:
-        """The number each code stands for (bin midpoints, integers); 0 on the null code."""
+        """The number each code stands for (bin midpoints, integers); 0 on the null code
+        and on a categorical attribute's codes (COUNT(a) reads only which have a value)."""
         values = np.zeros(self.size)
+        if self.kind == "categorical":
+            return values
         values[: self.value_count] = np.asarray(self.attribute.midpoints(), dtype=float)[
             : self.value_count
         ]

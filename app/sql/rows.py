@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.sql.compile import SqlPlan
 from app.sql.factored import group_cells, support
+from app.sql.predicates import AttributeCodes
 from app.sql.quantiles import of_function
 from app.sql.results import (
     AggregateSpec,
@@ -119,15 +121,28 @@ def _count_bounds(
     return low, high
 
 
-def build_table(
+@dataclass(frozen=True)
+class _Column:
+    """One output column over the rows shown: a grouped attribute's codes, or an
+    aggregate's values (NaN: NULL) with its standard errors, bins and bounds."""
+
+    name: str
+    codes: AttributeCodes | None = None
+    code_of_row: np.ndarray | None = None
+    values: np.ndarray | None = None
+    integer: bool = False  # a quantile of an integer attribute
+    errors: np.ndarray | None = None
+    ends: tuple[np.ndarray, np.ndarray] | None = None
+    limits: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _columns(
     plan: SqlPlan,
     totals: Totals,
-    standard_errors: Mapping[int, np.ndarray] | None = None,
-    count_bounds: tuple[np.ndarray, np.ndarray] | None = None,
-) -> SqlTable:
-    """The rows of a plan from its totals; `standard_errors` by aggregate index, per group
-    cell (NaN where there is none); `count_bounds`, per group cell, the counts of the
-    lower and upper bound plans when WHERE cuts a bin (`SqlPlan.bound_plan`)."""
+    standard_errors: Mapping[int, np.ndarray] | None,
+    count_bounds: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[list[_Column], int]:
+    """The output columns over the rows shown, and how many rows there are."""
     errors = standard_errors or {}
     # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
     if plan.group:
@@ -162,60 +177,69 @@ def build_table(
     sizes = [plan.codes[name].size for name in plan.group]
     group_codes = list(np.unravel_index(cells, sizes)) if plan.group else []
     kept = _kept_positions(plan, group_codes, values, spreads)
-    columns: list[list[Cell]] = []
-    error_columns: list[list[float | None]] = []
-    bin_columns: list[list[Interval | None] | None] = []
-    bound_columns: list[list[list[float]] | None] = []
-    nothing: list[None] = [None] * len(kept)
+    columns = []
     for output in plan.outputs:
         if output.group is not None:
-            labels = plan.codes[output.group].labels
             codes = group_codes[plan.group.index(output.group)][kept]
-            columns.append([labels[c] for c in codes.tolist()])
-            error_columns.append(list(nothing))
-            bin_columns.append(None)
-            bound_columns.append(None)
+            columns.append(_Column(output.name, plan.codes[output.group], codes))
         elif output.aggregate is not None:
             index = output.aggregate
-            if index in limits:
-                bound_columns.append(
-                    [
-                        [a, b]
-                        for a, b in zip(
-                            limits[index][0][kept].tolist(),
-                            limits[index][1][kept].tolist(),
-                            strict=True,
-                        )
-                    ]
-                )
-            else:
-                bound_columns.append(None)
-            shown: list[Cell] = list(_shown(values[index][kept]))
+            spec = plan.aggregates[index]
             spread = spreads[index]
-            error_columns.append(_shown(spread[kept]) if spread is not None else list(nothing))
-            if index in ends:
-                spec = plan.aggregates[index]
-                integer = plan.codes[spec.attribute or ""].intervals.integer
-                lows: list[Cell] = list(_shown(ends[index][0][kept]))
-                highs: list[Cell] = list(_shown(ends[index][1][kept]))
-                if integer:
-                    shown = _integers(shown)
-                    lows, highs = _integers(lows), _integers(highs)
-                bin_columns.append(
-                    [
-                        None if a is None or b is None else [a, b]  # type: ignore[misc]
-                        for a, b in zip(lows, highs, strict=True)
-                    ]
+            span = ends.get(index)
+            limit = limits.get(index)
+            columns.append(
+                _Column(
+                    output.name,
+                    values=values[index][kept],
+                    integer=span is not None and plan.codes[spec.attribute or ""].intervals.integer,
+                    errors=spread[kept] if spread is not None else None,
+                    ends=(span[0][kept], span[1][kept]) if span is not None else None,
+                    limits=(limit[0][kept], limit[1][kept]) if limit is not None else None,
                 )
-            else:
-                bin_columns.append(None)
-            columns.append(shown)
+            )
+    return columns, len(kept)
+
+
+def _pairs(low: list[Any], high: list[Any]) -> list[list[Any] | None]:
+    return [None if a is None or b is None else [a, b] for a, b in zip(low, high, strict=True)]
+
+
+def build_table(
+    plan: SqlPlan,
+    totals: Totals,
+    standard_errors: Mapping[int, np.ndarray] | None = None,
+    count_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+) -> SqlTable:
+    """The rows of a plan from its totals; `standard_errors` by aggregate index, per group
+    cell (NaN where there is none); `count_bounds`, per group cell, the counts of the
+    lower and upper bound plans when WHERE cuts a bin (`SqlPlan.bound_plan`)."""
+    columns, count = _columns(plan, totals, standard_errors, count_bounds)
+    cells: list[list[Cell]] = []
+    errors: list[list[float | None]] = []
+    bins: list[list[Interval | None] | None] = []
+    bounds: list[list[list[float]] | None] = []
+    nothing: list[None] = [None] * count
+    for column in columns:
+        if column.codes is not None and column.code_of_row is not None:
+            labels = column.codes.labels
+            cells.append([labels[c] for c in column.code_of_row.tolist()])
+        elif column.values is not None:
+            shown: list[Cell] = list(_shown(column.values))
+            cells.append(_integers(shown) if column.integer else shown)
+        errors.append(_shown(column.errors) if column.errors is not None else list(nothing))
+        if column.ends is None:
+            bins.append(None)
+        else:
+            low: list[Any] = _shown(column.ends[0])
+            high: list[Any] = _shown(column.ends[1])
+            if column.integer:
+                low, high = _integers(low), _integers(high)
+            bins.append(_pairs(low, high))
+        limits = column.limits
+        bounds.append(None if limits is None else _pairs(_shown(limits[0]), _shown(limits[1])))  # type: ignore[arg-type]
     return SqlTable(
-        [o.name for o in plan.outputs],
-        _rows(columns, len(kept)),
-        _rows(error_columns, len(kept)),
-        bin_columns,
-        bound_columns,
+        [c.name for c in columns], _rows(cells, count), _rows(errors, count), bins, bounds
     )
 
 
@@ -227,3 +251,78 @@ def _rows(columns: Sequence[Sequence[object]], count: int) -> list[list[Any]]:
     if all(column[0] is None and column.count(None) == count for column in columns if count):
         return [[None] * len(columns)] * count
     return list(map(list, zip(*columns, strict=True)))
+
+
+# ---- the same table as JSON, column by column -------------------------------------------
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+
+def _encoded_numbers(values: np.ndarray, integer: bool = False) -> list[bytes]:
+    """Each number as JSON (NaN as null), by orjson's numpy path: no Python float per
+    value. Integers (quantiles of integer attributes) as integers."""
+    if len(values) == 0:
+        return []
+    if integer:
+        text = orjson.dumps([None if v != v else round(v) for v in values.tolist()])
+    else:
+        text = orjson.dumps(np.ascontiguousarray(values, dtype=np.float64), option=_NUMPY)
+    return text[1:-1].split(b",")
+
+
+def _encoded_pairs(low: list[bytes], high: list[bytes]) -> list[bytes]:
+    return [
+        b"null" if a == b"null" or b == b"null" else b"[" + a + b"," + b + b"]"
+        for a, b in zip(low, high, strict=True)
+    ]
+
+
+def _joined_rows(columns: Sequence[Sequence[bytes]], count: int) -> bytes:
+    """Rows of already-encoded cells as one JSON array of arrays."""
+    if count == 0:
+        return b"[]"
+    if not columns:
+        return b"[" + b",".join([b"[]"] * count) + b"]"
+    return b"[[" + b"],[".join(map(b",".join, zip(*columns, strict=True))) + b"]]"
+
+
+def build_table_json(
+    plan: SqlPlan,
+    totals: Totals,
+    standard_errors: Mapping[int, np.ndarray] | None = None,
+    count_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, Any]:
+    """`build_table`'s table as JSON pieces (`columns`, then `rows`, `standard_errors`,
+    `bins` and `bounds` as `orjson.Fragment`s), encoded column by column: what the
+    HTTP answer sends, without a Python value per cell."""
+    columns, count = _columns(plan, totals, standard_errors, count_bounds)
+    cells: list[list[bytes]] = []
+    errors: list[list[bytes]] = []
+    bins: list[bytes] = []
+    bounds: list[bytes] = []
+    nulls = [b"null"] * count
+    for column in columns:
+        if column.codes is not None and column.code_of_row is not None:
+            encoded = column.codes.labels_json
+            cells.append([encoded[c] for c in column.code_of_row.tolist()])
+        elif column.values is not None:
+            cells.append(_encoded_numbers(column.values, column.integer))
+        errors.append(_encoded_numbers(column.errors) if column.errors is not None else nulls)
+        if column.ends is None:
+            bins.append(b"null")
+        else:
+            low = _encoded_numbers(column.ends[0], column.integer)
+            high = _encoded_numbers(column.ends[1], column.integer)
+            bins.append(b"[" + b",".join(_encoded_pairs(low, high)) + b"]")
+        if column.limits is None:
+            bounds.append(b"null")
+        else:
+            pairs = _encoded_pairs(*(_encoded_numbers(end) for end in column.limits))
+            bounds.append(b"[" + b",".join(pairs) + b"]")
+    return {
+        "columns": [c.name for c in columns],
+        "rows": orjson.Fragment(_joined_rows(cells, count)),
+        "standard_errors": orjson.Fragment(_joined_rows(errors, count)),
+        "bins": orjson.Fragment(b"[" + b",".join(bins) + b"]"),
+        "bounds": orjson.Fragment(b"[" + b",".join(bounds) + b"]"),
+    }

@@ -104,8 +104,11 @@ async def answer_sql(
     prepared = answers.prepare_text(
         loaded, body.query, table_names=names, max_cells=settings.max_marginal_cells
     )
-    result = await answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
-    if _wants_csv(request):
+    wants_csv = _wants_csv(request)
+    result = await answer(
+        prepared.size, lambda: answers.answer_sql(loaded, prepared, encoded=not wants_csv)
+    )
+    if wants_csv:
         csv = Response(
             answers.sql_csv(result),
             media_type="text/csv; charset=utf-8",

@@ -166,10 +166,12 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
     return errors
 
 
-def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
+def answer_sql(
+    loaded: LoadedModel, prepared: PreparedSql, *, encoded: bool = False
+) -> dict[str, Any]:
     """The result table: `{"columns", "rows", "standard_errors", "bins", "bounds",
-    "approximate", "model_version",
-    "unmeasured", "note", "terms", "factored_queries"}`."""
+    "approximate", "model_version", "unmeasured", "note", "terms", "factored_queries"}`.
+    `encoded`: the table's parts as JSON already (`orjson.Fragment`s), for `sql_json`."""
     plan = prepared.plan
     lower, upper = prepared.bound_queries or ((), ())
     every = prepared.queries + lower + upper
@@ -184,14 +186,22 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
         low = sql.totals(low_plan, lower, answers[estimate : estimate + len(lower)])
         high = sql.totals(high_plan, upper, answers[estimate + len(lower) :])
         count_bounds = (low.count, high.count)
-    table = sql.build_table(plan, totals, _standard_errors(loaded, plan), count_bounds)
+    errors = _standard_errors(loaded, plan)
+    table: dict[str, Any]
+    if encoded:
+        table = sql.build_table_json(plan, totals, errors, count_bounds)
+    else:
+        built = sql.build_table(plan, totals, errors, count_bounds)
+        table = {
+            "columns": built.columns,
+            "rows": built.rows,
+            "standard_errors": built.errors,
+            "bins": built.bins,
+            "bounds": built.bounds,
+        }
     unmeasured, note = untouched_note(loaded, plan.mentioned)
     return {
-        "columns": table.columns,
-        "rows": table.rows,
-        "standard_errors": table.errors,
-        "bins": table.bins,
-        "bounds": table.bounds,
+        **table,
         "approximate": plan.approximate,
         "model_version": loaded.version,
         "unmeasured": unmeasured,
@@ -202,8 +212,8 @@ def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
 
 
 def sql_json(result: dict[str, Any]) -> bytes:
-    """The result as JSON bytes (orjson: the table's rows are most of the work). Every
-    number in a result is finite already (NULL and "no error" are None)."""
+    """The result as JSON bytes (orjson; `answer_sql(…, encoded=True)`'s parts are JSON
+    already). Every number in a result is finite (NULL and "no error" are null)."""
     return orjson.dumps(result)
 
 
