@@ -79,6 +79,9 @@ class SqlPlan:
     # inside it (lower and upper bounds on every count), each with its terms.
     bounds: tuple[tuple[tuple[int, Box], ...], tuple[tuple[int, Box], ...]] | None = None
     bound_regions: tuple[Region, Region] | None = None
+    # What answering finds the same for every answer of this plan (a plan is kept per
+    # model version and text): the encoded labels of its rows.
+    cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def approximate(self) -> bool:
@@ -98,6 +101,7 @@ class SqlPlan:
             bounds=None,
             bound_regions=None,
             having=None,
+            cache={},
         )
 
     @property

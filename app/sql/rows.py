@@ -277,13 +277,33 @@ def _encoded_pairs(low: list[bytes], high: list[bytes]) -> list[bytes]:
     ]
 
 
-def _joined_rows(columns: Sequence[Sequence[bytes]], count: int) -> bytes:
-    """Rows of already-encoded cells as one JSON array of arrays."""
+def _joined_rows(
+    columns: Sequence[Sequence[bytes]], count: int, prefixes: Sequence[bytes] | None = None
+) -> bytes:
+    """Rows of already-encoded cells as one JSON array of arrays; `prefixes`, per row,
+    the encoded cells of its leading columns (with their commas), which `columns` then
+    leave out."""
     if count == 0:
         return b"[]"
     if not columns:
         return b"[" + b",".join([b"[]"] * count) + b"]"
-    return b"[[" + b"],[".join(map(b",".join, zip(*columns, strict=True))) + b"]]"
+    rest = columns[0] if len(columns) == 1 else list(map(b",".join, zip(*columns, strict=True)))
+    if prefixes is not None:
+        rest = list(map(bytes.__add__, prefixes, rest))
+    return b"[[" + b"],[".join(rest) + b"]]"
+
+
+def _static_prefixes(plan: SqlPlan, columns: Sequence[_Column]) -> int:
+    """How many leading columns are grouped attributes whose encoded labels are the same
+    on every answer of the plan (rows chosen without HAVING or ORDER BY)."""
+    if plan.having is not None or plan.order:
+        return 0
+    leading = 0
+    for column in columns:
+        if column.codes is None:
+            break
+        leading += 1
+    return leading if leading < len(columns) else 0
 
 
 def build_table_json(
@@ -296,12 +316,30 @@ def build_table_json(
     `bins` and `bounds` as `orjson.Fragment`s), encoded column by column: what the
     HTTP answer sends, without a Python value per cell."""
     columns, count = _columns(plan, totals, standard_errors, count_bounds)
+    leading = _static_prefixes(plan, columns)
     cells: list[list[bytes]] = []
     errors: list[list[bytes]] = []
     bins: list[bytes] = []
     bounds: list[bytes] = []
     nulls = [b"null"] * count
-    for column in columns:
+    prefixes: list[bytes] | None = None
+    if leading:
+        key = f"prefixes {leading} {count}"
+        found = plan.cache.get(key)
+        if not isinstance(found, list):
+            labels = [
+                [column.codes.labels_json[c] for c in column.code_of_row.tolist()]
+                for column in columns[:leading]
+                if column.codes is not None and column.code_of_row is not None
+            ]
+            found = [b",".join(row) + b"," for row in zip(*labels, strict=True)]
+            plan.cache[key] = found
+        prefixes = found
+    for position, column in enumerate(columns):
+        if position < leading:
+            bins.append(b"null")
+            bounds.append(b"null")
+            continue
         if column.codes is not None and column.code_of_row is not None:
             encoded = column.codes.labels_json
             cells.append([encoded[c] for c in column.code_of_row.tolist()])
@@ -319,10 +357,11 @@ def build_table_json(
         else:
             pairs = _encoded_pairs(*(_encoded_numbers(end) for end in column.limits))
             bounds.append(b"[" + b",".join(pairs) + b"]")
+    error_prefixes = [b"null," * leading] * count if leading else None
     return {
         "columns": [c.name for c in columns],
-        "rows": orjson.Fragment(_joined_rows(cells, count)),
-        "standard_errors": orjson.Fragment(_joined_rows(errors, count)),
+        "rows": orjson.Fragment(_joined_rows(cells, count, prefixes)),
+        "standard_errors": orjson.Fragment(_joined_rows(errors, count, error_prefixes)),
         "bins": orjson.Fragment(b"[" + b",".join(bins) + b"]"),
         "bounds": orjson.Fragment(b"[" + b",".join(bounds) + b"]"),
     }
