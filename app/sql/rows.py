@@ -7,6 +7,7 @@ when the query has them, look at rows one by one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -277,20 +278,43 @@ def _encoded_pairs(low: list[bytes], high: list[bytes]) -> list[bytes]:
     ]
 
 
-def _joined_rows(
-    columns: Sequence[Sequence[bytes]], count: int, prefixes: Sequence[bytes] | None = None
-) -> bytes:
-    """Rows of already-encoded cells as one JSON array of arrays; `prefixes`, per row,
-    the encoded cells of its leading columns (with their commas), which `columns` then
-    leave out."""
+def _joined_rows(columns: Sequence[Sequence[bytes]], count: int) -> bytes:
+    """Rows of already-encoded cells as one JSON array of arrays."""
     if count == 0:
         return b"[]"
     if not columns:
         return b"[" + b",".join([b"[]"] * count) + b"]"
-    rest = columns[0] if len(columns) == 1 else list(map(b",".join, zip(*columns, strict=True)))
-    if prefixes is not None:
-        rest = list(map(bytes.__add__, prefixes, rest))
-    return b"[[" + b"],[".join(rest) + b"]]"
+    return b"[[" + b"],[".join(map(b",".join, zip(*columns, strict=True))) + b"]]"
+
+
+def _interleaved(columns: Sequence[Sequence[bytes]]) -> tuple[bytes, ...]:
+    """Cells row by row: the arguments of a `_templates` template."""
+    if len(columns) == 1:
+        return tuple(columns[0])
+    return tuple(itertools.chain.from_iterable(zip(*columns, strict=True)))
+
+
+def _templates(
+    plan: SqlPlan, columns: Sequence[_Column], leading: int, count: int
+) -> tuple[bytes, bytes]:
+    """The rows' JSON and the standard errors' JSON with the leading group labels (the
+    same on every answer of the plan) written in, and a `%s` per other cell: kept on
+    the plan, so an answer only formats its numbers into them."""
+    key = f"templates {leading} {count}"
+    found = plan.cache.get(key)
+    if isinstance(found, tuple):
+        return found
+    labels = [
+        [column.codes.labels_json[c] for c in column.code_of_row.tolist()]
+        for column in columns[:leading]
+        if column.codes is not None and column.code_of_row is not None
+    ]
+    slots = b",".join([b"%s"] * (len(columns) - leading))
+    rows = [b",".join(row).replace(b"%", b"%%") + b"," + slots for row in zip(*labels, strict=True)]
+    errors = b"null," * leading + slots
+    templates = (b"[[" + b"],[".join(rows) + b"]]", b"[[" + b"],[".join([errors] * count) + b"]]")
+    plan.cache[key] = templates
+    return templates
 
 
 def _static_prefixes(plan: SqlPlan, columns: Sequence[_Column]) -> int:
@@ -322,19 +346,7 @@ def build_table_json(
     bins: list[bytes] = []
     bounds: list[bytes] = []
     nulls = [b"null"] * count
-    prefixes: list[bytes] | None = None
-    if leading:
-        key = f"prefixes {leading} {count}"
-        found = plan.cache.get(key)
-        if not isinstance(found, list):
-            labels = [
-                [column.codes.labels_json[c] for c in column.code_of_row.tolist()]
-                for column in columns[:leading]
-                if column.codes is not None and column.code_of_row is not None
-            ]
-            found = [b",".join(row) + b"," for row in zip(*labels, strict=True)]
-            plan.cache[key] = found
-        prefixes = found
+    templates = _templates(plan, columns, leading, count) if leading and count else None
     for position, column in enumerate(columns):
         if position < leading:
             bins.append(b"null")
@@ -357,11 +369,15 @@ def build_table_json(
         else:
             pairs = _encoded_pairs(*(_encoded_numbers(end) for end in column.limits))
             bounds.append(b"[" + b",".join(pairs) + b"]")
-    error_prefixes = [b"null," * leading] * count if leading else None
+    if templates is not None:
+        rows = templates[0] % _interleaved(cells)
+        spreads = templates[1] % _interleaved(errors)
+    else:
+        rows, spreads = _joined_rows(cells, count), _joined_rows(errors, count)
     return {
         "columns": [c.name for c in columns],
-        "rows": orjson.Fragment(_joined_rows(cells, count, prefixes)),
-        "standard_errors": orjson.Fragment(_joined_rows(errors, count, error_prefixes)),
+        "rows": orjson.Fragment(rows),
+        "standard_errors": orjson.Fragment(spreads),
         "bins": orjson.Fragment(b"[" + b",".join(bins) + b"]"),
         "bounds": orjson.Fragment(b"[" + b",".join(bounds) + b"]"),
     }
