@@ -9,8 +9,11 @@ runner that loads a dataset's latest model and answers is
   `MAX_NESTING`; syntax errors are `bad_sql` with line and column.
 - `grammar.read_statement` — the tree → a `Statement`, refusing (`unsupported_sql`,
   with the construct and its position) everything outside the grammar.
-- `compile.compile_statement` — names resolved on the schema; WHERE → a union of boxes
-  of per-attribute code sets (`predicates`, `regions`) → inclusion–exclusion terms.
+- `compile.compile_statement` — names resolved on the schema; WHERE (`where`) → a union
+  of boxes of per-attribute code sets (`predicates`, `regions`) → inclusion–exclusion
+  terms; a predicate that cuts a bin splits it into pieces (`pieces`), with the bounds'
+  regions beside.
+- `quantiles` — MEDIAN, PERCENTILE_CONT, MIN, MAX placed within a code's interval.
 - `factored.build_queries` — per term, one count query and one moments query per
   aggregated attribute; `factored.totals` adds the signed answers.
 - `rows.build_table` — aggregates, HAVING, ORDER BY, LIMIT/OFFSET → columns and rows
