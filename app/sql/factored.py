@@ -58,6 +58,17 @@ def _moment_rows(codes: AttributeCodes) -> np.ndarray:
     return np.stack([codes.non_null, codes.points, codes.points**2])
 
 
+def _moment_rows_in(plan: SqlPlan, codes: AttributeCodes, box: Box, mask: np.ndarray) -> np.ndarray:
+    """Σ 1, Σ x, Σ x² per code over the box: a bin the WHERE clause cuts contributes its
+    pieces in the box, each at its own mean (`app.sql.pieces`)."""
+    pieces = plan.pieces.get(codes.name)
+    piece_mask = dict(box).get(codes.name)
+    if pieces is None or piece_mask is None:
+        rows: np.ndarray = _moment_rows(codes) * mask
+        return rows
+    return pieces.moment_rows(piece_mask, _moment_rows(codes))
+
+
 def _term_query(
     plan: SqlPlan,
     domain: Domain,
@@ -78,7 +89,7 @@ def _term_query(
         mask = _mask_vector(plan, codes, box)
         grouped = name in plan.group
         if grouped and name == attribute:
-            rows = _moment_rows(codes) * mask
+            rows = _moment_rows_in(plan, codes, box, mask)
             matrix = np.zeros((codes.size * MOMENT_ROWS, codes.size))
             for code in range(codes.size):
                 matrix[code * MOMENT_ROWS : (code + 1) * MOMENT_ROWS, code] = rows[:, code]
@@ -92,7 +103,7 @@ def _term_query(
             shape.append(codes.size)
             moment_axis = len(shape) - 1
         elif name == attribute:
-            matrix = _moment_rows(codes) * mask
+            matrix = _moment_rows_in(plan, codes, box, mask)
             shape.append(MOMENT_ROWS)
             moment_axis = len(shape) - 1
         else:

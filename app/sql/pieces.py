@@ -49,6 +49,9 @@ class Pieces:
     share: np.ndarray
     point: np.ndarray
     size: int  # codes of the attribute, the null code included
+    # The mean value of each piece's records when its bin is spread uniformly: the
+    # middle of its interval (or of its integers).
+    mean: np.ndarray | None = None
 
     @property
     def count(self) -> int:
@@ -75,6 +78,21 @@ class Pieces:
                 mask |= 1 << index
         return mask
 
+    def moment_rows(self, mask: int, whole: np.ndarray) -> np.ndarray:
+        """Σ 1, Σ x, Σ x² per code over the pieces in `mask` (3 × codes): a whole bin's
+        column of `whole`, a piece's share of its bin's records at the piece's mean."""
+        rows = np.zeros((3, self.size))
+        for index in range(self.count):
+            if not mask >> index & 1:
+                continue
+            code, share = int(self.code[index]), float(self.share[index])
+            if share >= 1.0 or self.mean is None:
+                rows[:, code] += share * whole[:, code]
+            else:
+                mean = float(self.mean[index])
+                rows[:, code] += share * np.array([whole[0, code], mean, mean * mean])
+        return rows
+
     def weights(self, mask: int) -> np.ndarray:
         """Per code, the share of its count the pieces in `mask` hold."""
         vector = np.zeros(self.size)
@@ -90,6 +108,7 @@ def split(intervals: CodeIntervals, size: int, cuts: tuple[float, ...]) -> Piece
     codes: list[int] = []
     shares: list[float] = []
     points: list[float] = []
+    means: list[float] = []
     inside = sorted(set(cuts))
     for code in range(len(intervals)):
         low, high = float(intervals.low[code]), float(intervals.high[code])
@@ -102,8 +121,12 @@ def split(intervals: CodeIntervals, size: int, cuts: tuple[float, ...]) -> Piece
             shares.append((end - start) / width if width > 0 else 1.0)
             # an integer piece is decided by its first integer; a bin's by its middle
             points.append(start + 0.5 if intervals.integer else (start + end) / 2)
+            means.append((start + end) / 2)  # of the integers start + ½ … end − ½ too
     for code in range(len(intervals), size):
         codes.append(code)
         shares.append(1.0)
         points.append(math.nan)
-    return Pieces(np.asarray(codes), np.asarray(shares), np.asarray(points), size)
+        means.append(0.0)
+    return Pieces(
+        np.asarray(codes), np.asarray(shares), np.asarray(points), size, np.asarray(means)
+    )

@@ -25,9 +25,10 @@ def _count(served, where: str) -> tuple[float, list[float], bool]:
     return body["rows"][0][0], None if bounds is None else bounds[0], body["approximate"]
 
 
-def _spread(joint: Joint, holds) -> float:
+def _spread(joint: Joint, holds, weight=lambda x: 1.0) -> float:
     """Σ over the joint's cells of the count × the share of the cell's age bin where
-    `holds(x, joint)` is true, x running over a fine grid of each bin."""
+    `holds(x, joint)` is true, x running over a fine grid of each bin (each x weighing
+    `weight(x)`: Σ x for a sum)."""
     total = 0.0
     for code in range(5):
         low, high = AGE_EDGES[code], AGE_EDGES[code + 1]
@@ -35,7 +36,7 @@ def _spread(joint: Joint, holds) -> float:
         in_bin = joint.code("age") == code
         share = np.zeros(joint.counts.shape)
         for x in low + STEP * (np.arange(points) + 0.5):
-            share += holds(x, joint)
+            share += holds(x, joint) * weight(x)
         total += float((joint.counts * in_bin * share / points).sum())
     return total
 
@@ -133,3 +134,16 @@ def test_the_table_text_says_a_cut_answer_is_approximate(model):
     assert "approximate" in cut.splitlines()[-1]
     exact = table_text(answer(served, "SELECT COUNT(*) FROM people WHERE age >= 30"))
     assert "approximate" not in exact
+
+
+@pytest.mark.parametrize("where", ["age > 37", "age > 37 AND age < 40", "age < 25 OR age >= 100"])
+def test_sums_over_a_cut_bin_take_its_pieces_at_their_means(model, where):
+    served, joint = model
+    holds = dict(CASES)[where]
+    body = answer(served, f"SELECT COUNT(*), SUM(age), AVG(age) FROM people WHERE {where}")
+    count, total, mean = body["rows"][0]
+    expected_total = _spread(joint, holds, weight=lambda x: x)
+    assert total == pytest.approx(expected_total, rel=1e-6)
+    assert mean == pytest.approx(expected_total / _spread(joint, holds), rel=1e-6)
+    grouped = answer(served, f"SELECT age, SUM(age) FROM people WHERE {where} GROUP BY age")
+    assert sum(row[1] for row in grouped["rows"]) == pytest.approx(expected_total, rel=1e-6)
