@@ -79,8 +79,8 @@ class SqlPlan:
     # inside it (lower and upper bounds on every count), each with its terms.
     bounds: tuple[tuple[tuple[int, Box], ...], tuple[tuple[int, Box], ...]] | None = None
     bound_regions: tuple[Region, Region] | None = None
-    # What answering finds the same for every answer of this plan (a plan is kept per
-    # model version and text): the encoded labels of its rows.
+    # A plan's own keys for what answering keeps per plan (a plan is kept per model
+    # version and text): `rows` keeps its rows' templates under cache["token"].
     cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -7,13 +7,16 @@ when the query has them, look at rows one by one.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
+from cachetools import LRUCache
 
 from app.sql.compile import SqlPlan
 from app.sql.factored import group_cells, support
@@ -256,6 +259,13 @@ def _rows(columns: Sequence[Sequence[object]], count: int) -> list[list[Any]]:
 
 # ---- the same table as JSON, column by column -------------------------------------------
 
+# Row templates by plan (a token the plan keeps, so a plan that is gone never matches
+# another), bounded by the bytes they hold.
+_TEMPLATES: LRUCache[tuple[object, int, int], tuple[bytes, bytes]] = LRUCache(
+    maxsize=64 * 1024 * 1024, getsizeof=lambda templates: len(templates[0]) + len(templates[1])
+)
+_TEMPLATES_LOCK = threading.Lock()
+
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -298,11 +308,12 @@ def _templates(
     plan: SqlPlan, columns: Sequence[_Column], leading: int, count: int
 ) -> tuple[bytes, bytes]:
     """The rows' JSON and the standard errors' JSON with the leading group labels (the
-    same on every answer of the plan) written in, and a `%s` per other cell: kept on
-    the plan, so an answer only formats its numbers into them."""
-    key = f"templates {leading} {count}"
-    found = plan.cache.get(key)
-    if isinstance(found, tuple):
+    same on every answer of the plan) written in, and a `%s` per other cell: kept per
+    plan, so an answer only formats its numbers into them."""
+    key = (plan.cache.setdefault("token", object()), leading, count)
+    with _TEMPLATES_LOCK:
+        found = _TEMPLATES.get(key)
+    if found is not None:
         return found
     labels = [
         [column.codes.labels_json[c] for c in column.code_of_row.tolist()]
@@ -313,7 +324,8 @@ def _templates(
     rows = [b",".join(row).replace(b"%", b"%%") + b"," + slots for row in zip(*labels, strict=True)]
     errors = b"null," * leading + slots
     templates = (b"[[" + b"],[".join(rows) + b"]]", b"[[" + b"],[".join([errors] * count) + b"]]")
-    plan.cache[key] = templates
+    with _TEMPLATES_LOCK, contextlib.suppress(ValueError):  # larger than the whole cache
+        _TEMPLATES[key] = templates
     return templates
 
 
