@@ -15,6 +15,12 @@ from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
 from app.sql.errors import Position, SqlTooComplex, bad_sql, unsupported
+from app.sql.keywords import AGGREGATE_CLASSES as _AGGREGATE_CLASSES
+from app.sql.keywords import AGGREGATE_NAMES as _AGGREGATE_NAMES
+from app.sql.keywords import CLAUSE_NAMES as _CLAUSE_NAMES
+from app.sql.keywords import CLAUSES as _CLAUSES
+from app.sql.keywords import COMPARISONS as _COMPARISONS
+from app.sql.keywords import NOT_ANSWERED as _NOT_ANSWERED
 from app.sql.statement import (
     Aggregate,
     AllOf,
@@ -38,55 +44,6 @@ from app.sql.statement import (
 from app.sql.syntax import MAX_NESTING, ParsedSql
 
 MAX_LIMIT = 10**12
-
-_CLAUSES = {"expressions", "from_", "from", "where", "group", "having", "order", "limit", "offset"}
-# Select arguments outside the grammar: the construct's name and its keyword token.
-_CLAUSE_NAMES: dict[str, tuple[str, tuple[TokenType, ...]]] = {
-    "distinct": ("DISTINCT", (TokenType.DISTINCT,)),
-    "joins": ("a join", (TokenType.JOIN, TokenType.COMMA)),
-    "with_": ("WITH (a common table expression)", (TokenType.WITH,)),
-    "with": ("WITH (a common table expression)", (TokenType.WITH,)),
-    "windows": ("WINDOW", (TokenType.WINDOW,)),
-    "qualify": ("QUALIFY", (TokenType.QUALIFY,)),
-    "laterals": ("LATERAL", (TokenType.LATERAL,)),
-    "locks": ("FOR UPDATE / FOR SHARE", (TokenType.FOR,)),
-    "into": ("SELECT INTO", (TokenType.INTO,)),
-    "sample": ("TABLESAMPLE", (TokenType.TABLE_SAMPLE,)),
-}
-_COMPARISONS: dict[type[exp.Expression], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-}
-_AGGREGATE_CLASSES: dict[type[exp.Expression], str] = {
-    exp.Count: "count",
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Variance: "var_samp",
-    exp.VariancePop: "var_pop",
-    exp.Stddev: "stddev_samp",
-    exp.StddevSamp: "stddev_samp",
-    exp.StddevPop: "stddev_pop",
-    exp.Median: "median",
-    exp.Min: "min",
-    exp.Max: "max",
-}
-_AGGREGATE_NAMES = {
-    "VAR": "var_samp",
-    "VARIANCE": "var_samp",
-    "VAR_SAMP": "var_samp",
-    "VAR_POP": "var_pop",
-    "STDDEV": "stddev_samp",
-    "STDDEV_SAMP": "stddev_samp",
-    "STDDEV_POP": "stddev_pop",
-}
-_NOT_ANSWERED = {
-    "PERCENTILE_DISC": "use PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a)",
-    "MODE": "the model's most common value is GROUP BY a ORDER BY COUNT(*) DESC LIMIT 1",
-}
 
 
 class _Reader:
