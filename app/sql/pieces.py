@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from app.sql.quantiles import CodeIntervals
+from app.sql.spread import moment_below, share_below
 
 
 def cut_points(op: str, value: float, integer: bool) -> tuple[float, ...]:
@@ -114,6 +115,33 @@ class Pieces:
         for code, (a, b) in found.items():
             least[code], greatest[code] = max(a, least[code]), min(b, greatest[code])
         return least, greatest
+
+    def respread(self, intervals: CodeIntervals) -> Pieces:
+        """The same pieces with each bin's records spread as `intervals` say (a tilted
+        bin: its measured mean's linear density, `app.sql.spread`): shares and means."""
+        if intervals.tilt is None or self.low is None or self.high is None:
+            return self
+        shares = self.share.astype(float).copy()
+        means = (self.mean if self.mean is not None else np.zeros(self.count)).astype(float)
+        for index in range(self.count):
+            code = int(self.code[index])
+            if code >= len(intervals):
+                continue
+            k = intervals.slope(code)
+            start, end = float(self.low[index]), float(self.high[index])
+            if intervals.integer:
+                start, end = start - 0.5, end + 0.5
+            axis_low, axis_high = intervals.axis(code)
+            width = axis_high - axis_low
+            if width <= 0:
+                continue
+            ts, te = (start - axis_low) / width, (end - axis_low) / width
+            share = share_below(k, te) - share_below(k, ts)
+            shares[index] = share
+            if share > 1e-12:
+                within = (moment_below(k, te) - moment_below(k, ts)) / share
+                means[index] = axis_low + width * min(max(within, ts), te)
+        return replace(self, share=shares, mean=means)
 
     def weights(self, mask: int) -> np.ndarray:
         """Per code, the share of its count the pieces in `mask` hold."""

@@ -31,7 +31,7 @@ from app.pgm.bin_bounds import BinValues
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
 from app.sql.pieces import Pieces
-from app.sql.quantiles import CodeIntervals, code_intervals
+from app.sql.quantiles import CodeIntervals, code_intervals, with_means
 from app.sql.statement import Value
 
 Masks = tuple[int, int]  # (true on, false on)
@@ -135,8 +135,12 @@ class AttributeCodes:
 
     @cached_property
     def intervals(self) -> CodeIntervals:
-        """The interval of values each code with a value stands for (quantiles)."""
-        return code_intervals(self.attribute)
+        """The interval of values each code with a value stands for (quantiles, cuts),
+        with the spread of its measured mean where `values` are within-bin means."""
+        found = code_intervals(self.attribute)
+        if self.values is not None and self.values.method == "within-bin means":
+            found = with_means(found, self.values.values[: self.value_count])
+        return found
 
     @cached_property
     def non_null(self) -> np.ndarray:

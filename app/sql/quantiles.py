@@ -4,8 +4,9 @@ Each code of a numeric or integer attribute stands for an interval of values: a 
 `[eᵢ, eᵢ₊₁)` (the last one closed), or the integers `low..high` of an integer code. The
 model says how many records each code holds, not where they lie inside it, so a
 quantile is read off the counts' cumulative sum and placed inside its code's interval
-by spreading the code's mass uniformly over it: linearly between the edges of a bin,
-or over the integers of an integer code (the answer is then one of them). Every answer
+by spreading the code's mass over it: uniformly (or, where within-bin means are
+measured, by the linear density of the bin's mean, `app.sql.spread`) between the edges
+of a bin, or over the integers of an integer code (the answer is then one of them). Every answer
 names the interval it lies in, which is all the counts themselves decide.
 
 MIN and MAX are the low edge of the lowest code and the high edge of the highest code
@@ -16,11 +17,12 @@ are noisy estimates, never exactly zero, so "holds a record" needs a threshold.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from app.schema import Attribute, SchemaError
+from app.sql.spread import fraction_at, tilts
 
 # A code "holds records" for MIN and MAX when its estimated count reaches this.
 MIN_MAX_COUNT = 0.5
@@ -34,9 +36,30 @@ class CodeIntervals:
     low: np.ndarray
     high: np.ndarray
     integer: bool
+    # Per code, the slope of its within-bin spread (`app.sql.spread`); None: uniform.
+    tilt: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.low)
+
+    def axis(self, code: int) -> tuple[float, float]:
+        """The stretch of the value axis a code's records are spread over: its bin, or
+        [low − ½, high + ½] for the integers low..high."""
+        low, high = float(self.low[code]), float(self.high[code])
+        return (low - 0.5, high + 0.5) if self.integer else (low, high)
+
+    def slope(self, code: int) -> float:
+        return 0.0 if self.tilt is None else float(self.tilt[code])
+
+
+def with_means(intervals: CodeIntervals, means: np.ndarray) -> CodeIntervals:
+    """The intervals with each code spread to match its measured mean (NaN: uniform)."""
+    count = len(intervals)
+    ends = [intervals.axis(code) for code in range(count)]
+    low = np.array([a for a, _ in ends])
+    high = np.array([b for _, b in ends])
+    tilt = tilts(low, high, np.asarray(means, dtype=float)[:count])
+    return replace(intervals, tilt=tilt)
 
 
 def code_intervals(attribute: Attribute) -> CodeIntervals:
@@ -67,6 +90,7 @@ class Quantile:
 def _place(intervals: CodeIntervals, code: int, within: float) -> float:
     """The value a fraction `within` ∈ [0, 1] of the way through a code's mass."""
     low, high = float(intervals.low[code]), float(intervals.high[code])
+    within = fraction_at(intervals.slope(code), within)
     if not intervals.integer:
         return low + within * (high - low)
     integers = round(high - low) + 1

@@ -17,6 +17,7 @@ import numpy as np
 from app.pgm import queries as q
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery
+from app.services.answers.bin_values import spread_means
 from app.services.answers.common import MAX_INFERENCE_CELLS, WorkSize, too_large, untouched_note
 from app.services.answers.values import parse_where_weights
 from app.services.models import LoadedModel
@@ -39,7 +40,7 @@ class CountQuery:
 def count_query(loaded: LoadedModel, where: Sequence[str]) -> CountQuery:
     """Parse the `where` filters (repeats of one attribute intersect) into one query."""
     domain = loaded.model.domain
-    filters = parse_where_weights(loaded.schema, where)
+    filters = parse_where_weights(loaded.schema, where, lambda name: spread_means(loaded, name))
     factors = [
         q.weights(domain, f.attribute, f.weights.tolist(), label=f"share of {f.attribute}")
         for f in filters

@@ -14,6 +14,7 @@ import numpy as np
 
 from app.pgm.elimination import InferenceTooLarge
 from app.schema import SchemaError
+from app.services.answers.bin_values import bin_values
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     WorkSize,
@@ -23,7 +24,14 @@ from app.services.answers.common import (
     untouched_note,
 )
 from app.services.models import LoadedModel
-from app.sql.quantiles import MIN_MAX_COUNT, CodeIntervals, Quantile, code_intervals, extreme
+from app.sql.quantiles import (
+    MIN_MAX_COUNT,
+    CodeIntervals,
+    Quantile,
+    code_intervals,
+    extreme,
+    with_means,
+)
 from app.sql.quantiles import quantile as quantile_of
 
 DEFAULT_FRACTIONS = (0.25, 0.5, 0.75)
@@ -87,6 +95,9 @@ def quantiles_answer(loaded: LoadedModel, attr: str, fractions: list[float]) -> 
         intervals = code_intervals(attribute)
     except SchemaError as error:
         raise invalid("attr", str(error)) from None
+    representative = bin_values(loaded, attribute.name, parameter="attr")
+    if representative.method == "within-bin means":  # spread within a bin by its mean
+        intervals = with_means(intervals, representative.values[: len(intervals)])
     try:
         counts = loaded.model.marginal([attribute.name], max_cells=MAX_INFERENCE_CELLS)
     except InferenceTooLarge as error:

@@ -16,7 +16,7 @@ from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, Label, SchemaError, format_number
-from app.services.answers.bin_values import bin_values
+from app.services.answers.bin_values import bin_values, spread_means
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
@@ -160,7 +160,14 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
             attribute = attribute_for("where", name)
             path = f"{parameter}.where.{name}"
             if isinstance(condition, ValueRange):
-                shares = range_shares(attribute, condition.ge, condition.lt, path, condition.le)
+                shares = range_shares(
+                    attribute,
+                    condition.ge,
+                    condition.lt,
+                    path,
+                    condition.le,
+                    spread_means(loaded, name) if attribute.kind != "categorical" else None,
+                )
                 approximate = approximate or shares.approximate
                 row_factors.append(q.weights(domain, name, shares.weights.tolist(), f"in {name}"))
                 lower_factors.append(q.indicator(domain, name, shares.lower))

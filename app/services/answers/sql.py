@@ -158,12 +158,22 @@ def prepare_sql(
 
 
 def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
-    """The plan with each aggregated attribute's representative values (`bin_values`)."""
+    """The plan with each aggregated attribute's representative values (`bin_values`),
+    and, where within-bin means are measured, a quantile's or a cut bin's spread within
+    each bin matched to its mean (`app.sql.spread`)."""
     codes = dict(plan.codes)
-    for name in plan.moment_attributes:
-        if codes[name].kind != "categorical":  # COUNT(a) only counts its values
-            codes[name] = dataclasses.replace(codes[name], values=bin_values(loaded, name))
-    return dataclasses.replace(plan, codes=codes)
+    pieces = dict(plan.pieces)
+    names = dict.fromkeys([*plan.moment_attributes, *plan.quantile_attributes, *plan.pieces])
+    for name in names:
+        if codes[name].kind == "categorical":  # COUNT(a) only counts its values
+            continue
+        values = bin_values(loaded, name)
+        if name not in plan.moment_attributes and values.method != "within-bin means":
+            continue
+        codes[name] = dataclasses.replace(codes[name], values=values)
+        if name in pieces:
+            pieces[name] = pieces[name].respread(codes[name].intervals)
+    return dataclasses.replace(plan, codes=codes, pieces=pieces)
 
 
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:

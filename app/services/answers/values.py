@@ -7,14 +7,15 @@ weights per code and the codes kept wholly and in part (the answer's bounds)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from app.schema import Attribute, DatasetSchema, SchemaError
 from app.services.answers.common import attribute_of, invalid
-from app.sql.quantiles import code_intervals
+from app.sql.quantiles import CodeIntervals, code_intervals, with_means
+from app.sql.spread import share_below
 
 # The missing code in a query string's value list (`where=income:null`).
 NULL_TEXT = "null"
@@ -139,11 +140,13 @@ def range_shares(
     lt: float | None,
     parameter: str,
     le: float | None = None,
+    means: np.ndarray | None = None,
 ) -> WhereWeights:
     """The half-open range [ge, lt) (or closed [ge, le]) on original values, per code:
-    the share of the code's values inside it (bins spread uniformly; an integer bin over
-    its integers). A bin the range holds part of is cut — the closed last bin `[a, b]`
-    is cut by `lt: b`."""
+    the share of the code's values inside it (bins spread uniformly, an integer bin over
+    its integers; with measured within-bin `means`, by each bin's mean as SQL does,
+    `app.sql.spread`). A bin the range holds part of is cut — the closed last bin
+    `[a, b]` is cut by `lt: b`."""
     if lt is not None and le is not None:
         raise invalid(parameter, f"the range on {attribute.name!r}: give lt or le, not both")
     if le is not None:
@@ -152,7 +155,7 @@ def range_shares(
                 parameter,
                 f"attribute {attribute.name!r}: empty range, ge ({ge}) must be at most le ({le})",
             )
-        return _closed_range_shares(attribute, ge, float(le), parameter)
+        return _closed_range_shares(attribute, ge, float(le), parameter, means)
     if ge is None and lt is None:
         raise invalid(parameter, f"the range on {attribute.name!r} needs a lower or upper bound")
     if ge is not None and lt is not None and not ge < lt:
@@ -165,7 +168,7 @@ def range_shares(
             parameter,
             f"attribute {attribute.name!r} is categorical: give a set of values, not a range",
         )
-    intervals = code_intervals(attribute)
+    intervals = _spread_intervals(attribute, means)
     low_end = -math.inf if ge is None else float(ge)
     high_end = math.inf if lt is None else float(lt)
     weights = np.zeros(attribute.size)
@@ -178,20 +181,38 @@ def range_shares(
             first = low if low_end == -math.inf else max(low, math.ceil(low_end))
             final = high if high_end == math.inf else min(high, math.ceil(high_end) - 1)
             inside = max(0.0, final - first + 1)
-            weights[code] = inside / (high - low + 1)
+            weights[code] = _share(intervals, code, first - 0.5, first - 0.5 + inside)
             lower[code] = inside == high - low + 1
             upper[code] = inside > 0
             continue
         closed = code == last
-        overlap = max(0.0, min(high, high_end) - max(low, low_end))
-        weights[code] = overlap / (high - low)
+        start = max(low, low_end)
+        weights[code] = _share(intervals, code, start, max(start, min(high, high_end)))
         lower[code] = low_end <= low and (high < high_end if closed else high <= high_end)
         upper[code] = low < high_end and (low_end <= high if closed else low_end < high)
     return WhereWeights(attribute.name, weights, np.flatnonzero(lower), np.flatnonzero(upper))
 
 
+def _spread_intervals(attribute: Attribute, means: np.ndarray | None) -> CodeIntervals:
+    intervals = code_intervals(attribute)
+    return intervals if means is None else with_means(intervals, means)
+
+
+def _share(intervals: CodeIntervals, code: int, start: float, end: float) -> float:
+    """The share of a code's records between `start` and `end` on its axis."""
+    low, high = intervals.axis(code)
+    if high <= low:
+        return 1.0
+    k = intervals.slope(code)
+    return share_below(k, (end - low) / (high - low)) - share_below(k, (start - low) / (high - low))
+
+
 def _closed_range_shares(
-    attribute: Attribute, ge: float | None, le: float, parameter: str
+    attribute: Attribute,
+    ge: float | None,
+    le: float,
+    parameter: str,
+    means: np.ndarray | None = None,
 ) -> WhereWeights:
     """`range_shares` of [ge, le]: the values up to and including `le`."""
     if attribute.kind == "categorical":
@@ -199,7 +220,7 @@ def _closed_range_shares(
             parameter,
             f"attribute {attribute.name!r} is categorical: give a set of values, not a range",
         )
-    intervals = code_intervals(attribute)
+    intervals = _spread_intervals(attribute, means)
     low_end = -math.inf if ge is None else float(ge)
     weights = np.zeros(attribute.size)
     lower = np.zeros(attribute.size, dtype=bool)
@@ -210,20 +231,25 @@ def _closed_range_shares(
             first = low if low_end == -math.inf else max(low, math.ceil(low_end))
             final = min(high, math.floor(le))
             inside = max(0.0, final - first + 1)
-            weights[code] = inside / (high - low + 1)
+            weights[code] = _share(intervals, code, first - 0.5, first - 0.5 + inside)
             lower[code] = inside == high - low + 1
             upper[code] = inside > 0
             continue
-        overlap = max(0.0, min(high, le) - max(low, low_end))
-        weights[code] = overlap / (high - low)
+        start = max(low, low_end)
+        weights[code] = _share(intervals, code, start, max(start, min(high, le)))
         lower[code] = low_end <= low and high <= le
         upper[code] = low <= le and low_end < high
     return WhereWeights(attribute.name, weights, np.flatnonzero(lower), np.flatnonzero(upper))
 
 
-def parse_where_weights(schema: DatasetSchema, texts: Sequence[str]) -> list[WhereWeights]:
+def parse_where_weights(
+    schema: DatasetSchema,
+    texts: Sequence[str],
+    means_of: Callable[[str], np.ndarray | None] | None = None,
+) -> list[WhereWeights]:
     """Repeated `where` filters (`attr:v1,v2`, `attr:lo..hi`) per attribute, intersected
-    (ranges on one attribute meet in one range), as weights over its codes."""
+    (ranges on one attribute meet in one range), as weights over its codes; `means_of`
+    gives an attribute's measured within-bin means (None: none), which spread a cut bin."""
     ranges: dict[str, tuple[float | None, float | None]] = {}
     sets: dict[str, np.ndarray] = {}
     order: list[str] = []
@@ -258,7 +284,8 @@ def parse_where_weights(schema: DatasetSchema, texts: Sequence[str]) -> list[Whe
                 empty = np.zeros(0, dtype=np.int64)
                 shares = WhereWeights(name, np.zeros(attribute.size), empty, empty)
             else:
-                shares = range_shares(attribute, ge, lt, "where")
+                means = means_of(name) if means_of is not None else None
+                shares = range_shares(attribute, ge, lt, "where", means=means)
         else:
             everything = np.arange(attribute.size)
             shares = WhereWeights(name, np.ones(attribute.size), everything, everything)
