@@ -17,8 +17,9 @@ itself answers to `SELECT AVG(dep_delay)` once every release is in (they are com
 by inverse-variance weights), with its estimate's method and bounds.
 
 The median is the service's own answer to `SELECT MEDIAN(dep_delay)` (the model's
-counts over the bins, interpolated within the median's bin), with the bin it lies in,
-against the true median.
+counts over the bins; within the median's bin, the spread of the bin's measured mean,
+`app.sql.spread`), with the bin it lies in, against the true median; and, from the same
+counts, the median with each bin spread uniformly (as without within-bin means).
 
 Prints ONE JSON line.
 
@@ -161,6 +162,11 @@ def main() -> None:
     errors = [abs(v - truth) / abs(truth) for v in by_means]
     true_median = float(np.median(columns["dep_delay"]))
     answered_median = float(median["rows"][0][0])
+    from app.sql.quantiles import CodeIntervals, quantile
+
+    # The same counts, each bin spread uniformly (as without within-bin means).
+    uniform = quantile(counts, CodeIntervals(lows, highs, integer=False), 0.5)
+    uniform_median = float("nan") if uniform is None else uniform.value
     result: dict[str, Any] = {
         "bench": "numbers",
         "commit": commit(),
@@ -183,6 +189,8 @@ def main() -> None:
             "answered": round(answered_median, 4),
             "bin": median["bins"][0][0],
             "abs_error": round(abs(answered_median - true_median), 4),
+            "uniform_spread": round(uniform_median, 4),
+            "uniform_spread_abs_error": round(abs(uniform_median - true_median), 4),
         },
         "rho_within_bin_means": args.rho,
         "rho_counts": args.rho_counts,
