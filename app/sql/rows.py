@@ -49,7 +49,8 @@ class SqlTable:
     columns: list[str]
     rows: list[list[Cell]]
     errors: list[list[float | None]]
-    bounds: list[list[list[float] | None]]
+    # None when no column has bounds (no SUM/AVG/VAR/STDDEV, no bin cut by WHERE).
+    bounds: list[list[list[float] | None]] | None
     estimates: list[str | None]
     # Per column (aligned with `columns`): None, or one entry per row.
     bins: list[list[Interval | None] | None]
@@ -270,11 +271,12 @@ def build_table(
         bounds.append(
             list(nothing) if limits is None else _pairs(_shown(limits[0]), _shown(limits[1]))
         )
+    bounded = any(column.limits is not None for column in columns)
     return SqlTable(
         [c.name for c in columns],
         _rows(cells, count),
         _rows(errors, count),
-        _rows(bounds, count),
+        _rows(bounds, count) if bounded else None,
         [c.estimate for c in columns],
         bins,
     )
@@ -412,13 +414,15 @@ def build_table_json(
             bounds.append(nulls)
         else:
             bounds.append(_encoded_pairs(*(_encoded_numbers(end) for end in column.limits)))
+    bounded = any(column.limits is not None for column in columns)
     if templates is not None:
         rows = templates[0] % _interleaved(cells)
         spreads = templates[1] % _interleaved(errors)
-        ranges = templates[1] % _interleaved(bounds)  # the same layout as the errors
+        # the same layout as the errors
+        ranges = templates[1] % _interleaved(bounds) if bounded else b"null"
     else:
         rows, spreads = _joined_rows(cells, count), _joined_rows(errors, count)
-        ranges = _joined_rows(bounds, count)
+        ranges = _joined_rows(bounds, count) if bounded else b"null"
     return {
         "columns": [c.name for c in columns],
         "rows": orjson.Fragment(rows),

@@ -147,3 +147,16 @@ def test_a_cut_answer_with_sums_has_bounds_on_every_route_alike():
         cells = row.split(",")
         count, low, high = float(cells[1]), float(cells[3]), float(cells[4])
         assert low <= count <= high
+
+
+def test_bounds_are_null_as_a_whole_only_when_no_column_has_them():
+    served, _, _ = _world(9, 60, 0.5)
+    exact = answer(served, "SELECT sex, COUNT(*) FROM people WHERE age >= 30 GROUP BY sex")
+    assert exact["bounds"] is None and exact["approximate"] is False
+    cut = answer(served, "SELECT sex, COUNT(*) FROM people WHERE age >= 31 GROUP BY sex")
+    assert cut["approximate"] is True
+    assert [bounds[0] for bounds in cut["bounds"]] == [None, None]  # the grouped column
+    assert all(
+        low <= row[1] <= high
+        for row, (_, (low, high)) in zip(cut["rows"], cut["bounds"], strict=True)
+    )

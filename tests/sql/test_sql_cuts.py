@@ -21,7 +21,8 @@ def model():
 
 def _count(served, where: str) -> tuple[float, list[float], bool]:
     body = answer(served, f"SELECT COUNT(*) FROM people WHERE {where}")
-    bounds = body["bounds"][0][0]  # per row × column: null when exact, else [low, high]
+    # per row × column, [low, high]; null as a whole when exact (COUNT(*) alone)
+    bounds = None if body["bounds"] is None else body["bounds"][0][0]
     return body["rows"][0][0], bounds, body["approximate"]
 
 

@@ -54,11 +54,12 @@ class SqlOut(BaseModel):
         description="Per column: for MEDIAN, PERCENTILE_CONT, MIN and MAX, per row the "
         "interval [low, high] of the bin (or the integers) the value lies in; else null."
     )
-    bounds: list[list[list[float] | None]] = Field(
+    bounds: list[list[list[float] | None]] | None = Field(
         description="Per value: [least, greatest] the bins' edges allow given the model's "
         "counts (SUM, AVG, VAR_*, STDDEV_* of a numeric or integer attribute; equal to the "
-        "value when each code is one integer; COUNT(*) when the WHERE clause cuts a bin, "
-        "the cut bins counted not at all and whole), else null."
+        "value when each code is one integer; COUNT when the WHERE clause cuts a bin, the "
+        "cut bins counted not at all and whole), else null; null as a whole when no "
+        "column has bounds."
     )
     estimates: list[str | None] = Field(
         description='Per column: how its numbers stand for the values in a bin ("midpoint", '

@@ -21,9 +21,11 @@ counts over the bins; within the median's bin, the spread of the bin's measured 
 `app.sql.spread`), with the bin it lies in, against the true median; and, from the same
 counts, the median with each bin spread uniformly (as without within-bin means).
 
-Prints ONE JSON line.
+Prints ONE JSON line. (Not named numbers.py: a script's folder comes first on
+`sys.path`, and a bench/numbers.py hid the standard library's `numbers` from every
+other script here.)
 
-    .venv/bin/python bench/numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
+    .venv/bin/python bench/bin_numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ def main() -> None:
     result: dict[str, Any] = {
         "bench": "numbers",
         "commit": commit(),
-        "command": "bench/numbers.py " + " ".join(sys.argv[1:]),
+        "command": "bench/bin_numbers.py " + " ".join(sys.argv[1:]),
         "rows": args.rows,
         "bins": DELAY_EDGES,
         "truth": {"avg": round(truth, 4), "median": round(true_median, 4)},
