@@ -94,3 +94,16 @@ def test_count_and_factored_queries_spread_a_cut_bin_as_sql_does():
         spec = QuerySpec(where={"age": ValueRange(ge=37.5, lt=50)})
         factored = queries_answer(served, [spec], max_cells=10_000)["answers"][0]
         assert factored["values"][0] == pytest.approx(sql["rows"][0][0])
+
+
+def test_a_closed_count_range_cuts_as_sql_does():
+    from app.services.answers import count_answer
+
+    measured, _, _, _ = _measured(0.0)
+    sql = answer(measured, "SELECT COUNT(*) FROM people WHERE age >= 20 AND age <= 37.5")
+    for where in (["age:20..=37.5"], ["age:20..=50", "age:..=37.5"], ["age:..=37.5", "age:20.."]):
+        count = count_answer(measured, where)
+        assert count["approximate"] is True
+        assert count["count"] == pytest.approx(sql["rows"][0][0])
+    empty = count_answer(measured, ["age:40..=50", "age:..=30"])
+    assert empty["count"] == 0

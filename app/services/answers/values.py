@@ -250,7 +250,8 @@ def parse_where_weights(
     """Repeated `where` filters (`attr:v1,v2`, `attr:lo..hi`) per attribute, intersected
     (ranges on one attribute meet in one range), as weights over its codes; `means_of`
     gives an attribute's measured within-bin means (None: none), which spread a cut bin."""
-    ranges: dict[str, tuple[float | None, float | None]] = {}
+    # Per attribute: (ge, upper end, whether the upper end is included: `lo..=hi`).
+    ranges: dict[str, tuple[float | None, float | None, bool]] = {}
     sets: dict[str, np.ndarray] = {}
     order: list[str] = []
     for text in texts:
@@ -258,16 +259,22 @@ def parse_where_weights(
         attribute = attribute_of(schema, name.strip(), "where") if separator else None
         if attribute is not None and attribute.kind != "categorical" and ".." in rest:
             low, _, high = rest.strip().partition("..")
+            closed = high.startswith("=")
             ge = _parse_bound(low, "where", attribute)
-            lt = _parse_bound(high, "where", attribute)
-            if ge is None and lt is None:
+            upper = _parse_bound(high[1:] if closed else high, "where", attribute)
+            if ge is None and upper is None:
                 raise invalid(
                     "where", f"the range on {attribute.name!r} needs a lower or upper bound"
                 )
-            old_ge, old_lt = ranges.get(attribute.name, (None, None))
+            old_ge, old_upper, old_closed = ranges.get(attribute.name, (None, None, False))
+            if upper is None or (old_upper is not None and old_upper < upper):
+                upper, closed = old_upper, old_closed
+            elif old_upper is not None and old_upper == upper:
+                closed = closed and old_closed
             ranges[attribute.name] = (
                 ge if old_ge is None else (old_ge if ge is None else max(ge, old_ge)),
-                lt if old_lt is None else (old_lt if lt is None else min(lt, old_lt)),
+                upper,
+                closed,
             )
             name = attribute.name
         else:
@@ -279,13 +286,15 @@ def parse_where_weights(
     for name in order:
         attribute = schema.attribute(name)
         if name in ranges:
-            ge, lt = ranges[name]
-            if ge is not None and lt is not None and not ge < lt:  # ranges that never meet
+            ge, upper, closed = ranges[name]
+            meet = ge is None or upper is None or (ge <= upper if closed else ge < upper)
+            if not meet:  # ranges that never meet
                 empty = np.zeros(0, dtype=np.int64)
                 shares = WhereWeights(name, np.zeros(attribute.size), empty, empty)
             else:
                 means = means_of(name) if means_of is not None else None
-                shares = range_shares(attribute, ge, lt, "where", means=means)
+                lt, le = (None, upper) if closed else (upper, None)
+                shares = range_shares(attribute, ge, lt, "where", le, means)
         else:
             everything = np.arange(attribute.size)
             shares = WhereWeights(name, np.ones(attribute.size), everything, everything)
