@@ -20,14 +20,23 @@ repeated question — as here — skips the parse; `parse_ms` is the cold parse 
 (sqlglot, then the grammar), `compile_ms` the compile over the schema and the sizing of
 the factored queries (`prepare_sql`), both per query.
 
+Over HTTP (`--http-seconds`, 0 to skip): `privq serve` on loopback with the Adult model
+(bench/queries.py's server and setup), one client on one keep-alive connection asking
+the same two-attribute question for `--http-seconds` each, alternately in rounds of a
+second: `GET /marginals?attrs=a,b` and `POST /sql` with `SELECT a, b, COUNT(*) FROM
+adult GROUP BY a, b`. `sql_to_marginals` is the ratio of the two rates (the floor is
+0.5). Rounds alternate so that both routes see the same shared machine.
+
 Prints one JSON line.
 
     .venv/bin/python bench/sql.py [--seconds 2] [--scale-rows 2000000] [--skip-scale]
+        [--http-seconds 5] [--http-pair education-num,occupation] [--skip-in-process]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -38,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -194,7 +204,8 @@ def loaded_model(
         cliques=model.cliques,
         high_water=0,
         measurements=tuple(
-            CoveredMeasurement(i, tuple(a), "gaussian", sigma) for i, a in enumerate(measured)
+            CoveredMeasurement(i, i + 1, tuple(a), "gaussian", sigma)
+            for i, a in enumerate(measured)
         ),
     )
     loaded.model.calibrated_tree  # noqa: B018 — belief propagation once, as the service does
@@ -314,6 +325,74 @@ def run_questions(
     }
 
 
+async def _alternate_rounds(
+    url: str, authorization: str, requests: dict[str, tuple[str, str, bytes]], seconds: float
+) -> dict[str, dict[str, float]]:
+    """Each request repeated in rounds of a second, alternately, on one connection, until
+    each has had `seconds`: per request, answers per second and the median ms."""
+    from queries import Connection  # bench/queries.py: a minimal keep-alive client
+
+    parsed = httpx.URL(url)
+    connection = Connection(parsed.host, parsed.port or 80, authorization)
+    spent: dict[str, list[float]] = {name: [] for name in requests}
+    for name, (method, target, body) in requests.items():  # warm: the plans, the model
+        status, payload = await connection.request(method, target, body)
+        if status != 200:
+            raise RuntimeError(f"{name}: {status} {payload[:300]!r}")
+    while min(sum(times) for times in spent.values()) < seconds:
+        for name, (method, target, body) in requests.items():
+            times = spent[name]
+            round_end = time.perf_counter() + 1.0
+            while time.perf_counter() < round_end:
+                started = time.perf_counter()
+                status, _ = await connection.request(method, target, body)
+                times.append(time.perf_counter() - started)
+                if status != 200:
+                    raise RuntimeError(f"{name}: {status}")
+    await connection.close()
+    return {
+        name: {
+            "answers_per_s": round(len(times) / sum(times), 1),
+            "median_ms": round(statistics.median(times) * 1000, 3),
+        }
+        for name, times in spent.items()
+    }
+
+
+def http_rates(pair: tuple[str, str], seconds: float) -> dict[str, Any]:
+    """`GET /marginals` against `POST /sql` for one pair of Adult's attributes over HTTP."""
+    import tempfile
+
+    from queries import Server, seed_fixed_measurements, setup_over_api
+
+    with tempfile.TemporaryDirectory() as workdir:
+        server = Server(Path(workdir), embedded_worker=False)
+        try:
+            server.wait_ready()
+            ids = setup_over_api(server, grant_rho=1.0)
+            seed_fixed_measurements(server.database_url, ids["tenant_id"], ids["dataset_id"])
+            prefix = f"/v1/datasets/{ids['dataset_id']}"
+            a, b = pair
+            text = f'SELECT "{a}", "{b}", COUNT(*) FROM adult GROUP BY "{a}", "{b}"'
+            requests = {
+                "marginals": ("GET", f"{prefix}/marginals?attrs={a},{b}", b""),
+                "sql": ("POST", f"{prefix}/sql", json.dumps({"query": text}).encode()),
+            }
+            rates = asyncio.run(
+                _alternate_rounds(server.url, f"Bearer {ids['api_key']}", requests, seconds)
+            )
+        finally:
+            server.stop()
+    return {
+        "pair": list(pair),
+        "sql": text,
+        **{f"{name}_{key}": value for name, row in rates.items() for key, value in row.items()},
+        "sql_to_marginals": round(
+            rates["sql"]["answers_per_s"] / rates["marginals"]["answers_per_s"], 3
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per question and path")
@@ -321,8 +400,18 @@ def main() -> None:
     parser.add_argument("--scale-iterations", type=int, default=200)
     parser.add_argument("--sigma", type=float, default=20.0, help="scale model's noise σ")
     parser.add_argument("--skip-scale", action="store_true")
+    parser.add_argument("--skip-in-process", action="store_true")
+    parser.add_argument("--http-seconds", type=float, default=5.0, help="per route; 0: skip")
+    parser.add_argument("--http-pair", default="education-num,occupation")
     args = parser.parse_args()
     report: dict[str, Any] = {"path": "in-process service calls (no HTTP)"}
+    if args.http_seconds > 0:
+        first, second = args.http_pair.split(",")
+        report["http"] = http_rates((first, second), args.http_seconds)
+        print(f"http: {json.dumps(report['http'])}", file=sys.stderr, flush=True)
+    if args.skip_in_process:
+        print(json.dumps(report))
+        return
     adult, adult_fit = adult_model()
     report["adult"] = {
         "fit_seconds": round(adult_fit, 1),

@@ -173,6 +173,22 @@ class BaseClient:
         frame.attrs["unmeasured_attributes"] = unmeasured
         return frame
 
+    def quantiles(
+        self, dataset_id: str, attribute: str, p: Sequence[float] | None = None
+    ) -> pd.DataFrame:
+        """Quantiles of a numeric or integer attribute from the model: a row per fraction
+        p with its `value` and the `low`, `high` ends of the bin it lies in (the
+        quartiles when `p` is None). `attrs` keeps `min`, `max`, `count`,
+        `model_version`, `note`. Free."""
+        params: dict[str, Any] = {"attr": attribute}
+        if p is not None:
+            params["p"] = ",".join(repr(float(x)) for x in p)
+        response = self._transport.request(
+            "GET", f"/v1/datasets/{segment(dataset_id)}/quantiles", params=params
+        )
+        warn_unmeasured(response, "quantiles")
+        return frames.quantiles_frame(decode_json(response, "GET"))
+
     def query(
         self,
         dataset_id: str,

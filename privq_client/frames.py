@@ -6,7 +6,7 @@
   for a plain count and in `value` once weights or moments make it a sum, with `low`
   and `high` (the bounds the bins' edges allow) for moments;
 - SQL: the query's columns, and `<column>_low`, `<column>_high` after them for each
-  SUM/AVG/VAR/STDDEV column (its bounds);
+  SUM/AVG/VAR/STDDEV column (its bounds), and each COUNT column when WHERE cuts a bin;
 - counts: one row, the filter of each attribute and `count`;
 - synthetic data: the CSV read as it streams, categorical columns as categoricals.
 
@@ -97,10 +97,10 @@ def sql_frame(body: Json) -> pd.DataFrame:
     frame = pd.DataFrame(body["rows"], columns=body["columns"])
     estimates = body.get("estimates") or []
     bounds = body.get("bounds") or []
-    for index, method in enumerate(estimates):
-        if method is None:
-            continue
-        name = body["columns"][index]
+    for index, name in enumerate(body["columns"]):
+        method = estimates[index] if index < len(estimates) else None
+        if method is None and all(row[index] is None for row in bounds):
+            continue  # no bounds: not a SUM/AVG/VAR/STDDEV, nor a COUNT a WHERE cut
         pairs = [row[index] for row in bounds]
         for end, suffix in enumerate(("low", "high")):
             frame[free_name(f"{name}_{suffix}", frame.columns)] = pd.array(
@@ -121,6 +121,21 @@ def count_frame(body: Json, filters: Mapping[str, str]) -> pd.DataFrame:
     columns[free_name(COUNT, filters)] = [float(body["count"])]
     frame = pd.DataFrame(columns)
     frame.attrs.update({k: v for k, v in body.items() if k != "count"})
+    return frame
+
+
+def quantiles_frame(body: Json) -> pd.DataFrame:
+    """`GET /quantiles` as a row per fraction: `p`, `value`, and its bin's `low`, `high`."""
+    items = body["quantiles"]
+    frame = pd.DataFrame(
+        {
+            "p": [item["p"] for item in items],
+            "value": [item["value"] for item in items],
+            "low": [None if item["bin"] is None else item["bin"][0] for item in items],
+            "high": [None if item["bin"] is None else item["bin"][1] for item in items],
+        }
+    )
+    frame.attrs.update({k: v for k, v in body.items() if k != "quantiles"})
     return frame
 
 

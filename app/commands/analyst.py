@@ -1,4 +1,5 @@
-"""An analyst's commands, over HTTP: `privq measure|aim|budget|marginal|count|synthetic`,
+"""An analyst's commands, over HTTP: `privq measure|aim|budget|marginal|count|quantiles|
+synthetic`,
 and `privq datasets list|show` when a service is named (`jobs` and `sql` have theirs in
 their own modules).
 
@@ -118,7 +119,7 @@ def aim(args: argparse.Namespace, service: Service) -> int:
     return _submit(args, service, "/mechanisms/aim", body)
 
 
-# ---- free: budget, marginal, count, synthetic, sql ----------------------------------------
+# ---- free: budget, marginal, count, quantiles, synthetic, sql --------------------------
 
 
 def budget(args: argparse.Namespace, service: Service) -> int:
@@ -161,6 +162,32 @@ def count(args: argparse.Namespace, service: Service) -> int:
     body = call(service, "GET", _dataset_path(service, args, "/count"), params=params).json()
     print_json(body) if args.json else print(render_record(body))
     return 0
+
+
+def quantiles(args: argparse.Namespace, service: Service) -> int:
+    params = {"attr": args.attribute, "p": args.p}
+    body = call(service, "GET", _dataset_path(service, args, "/quantiles"), params=params).json()
+    columns = ["p", "value", "bin"]
+    rows = [
+        [item["p"], item["value"], "" if item["bin"] is None else _interval(item["bin"])]
+        for item in body["quantiles"]
+    ]
+    for name in ("min", "max"):
+        if body[name] is not None:
+            rows.append([name, body[name]["value"], _interval(body[name]["bin"])])
+    if args.json:
+        print_json(body)
+    elif args.csv:
+        print(_csv(columns, rows), end="")
+    else:
+        cells = [dict(zip(columns, [str(r[0]), _number(r[1]), r[2]], strict=True)) for r in rows]
+        print(render_table(cells, columns))
+        print(f"(model version {body['model_version']}; each value lies in its bin)")
+    return 0
+
+
+def _interval(ends: list[Any]) -> str:
+    return f"[{_number(ends[0])}, {_number(ends[1])}]"
 
 
 def synthetic(args: argparse.Namespace, service: Service) -> int:
@@ -292,6 +319,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="sex:F,M (values) or age:30..45 (a half-open range); repeatable",
     )
     json_flag(counting)
+
+    quantile_parser = _command(
+        commands, "quantiles", quantiles, "quantiles, min and max of one attribute (free)"
+    )
+    quantile_parser.add_argument("attribute", metavar="ATTRIBUTE", help="numeric or integer")
+    quantile_parser.add_argument(
+        "--p", default=None, metavar="P,P", help="fractions 0 to 1 (default 0.25,0.5,0.75)"
+    )
+    _format_flags(quantile_parser)
 
     drawing = _command(
         commands, "synthetic", synthetic, "synthetic records from the model, as CSV (free)"

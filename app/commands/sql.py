@@ -57,20 +57,25 @@ def _text(value: Any) -> str:
 
 
 def _with_bounds(result: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """The columns and rows, each SUM/AVG/VAR/STDDEV column followed by its bounds
-    ("[least, greatest]", or NULL) in a column named "<column> bounds"."""
+    """The columns and rows, each column with bounds (SUM/AVG/VAR/STDDEV; COUNT when
+    WHERE cuts a bin) followed by them ("[least, greatest]", or NULL) in a column named
+    "<column> bounds"."""
     columns = [str(c) for c in result["columns"]]
     estimates = result.get("estimates") or [None] * len(columns)
     bounds = result.get("bounds") or [[None] * len(columns) for _ in result["rows"]]
+    bounded = [
+        method is not None or any(pairs[i] is not None for pairs in bounds)
+        for i, method in enumerate(estimates)
+    ]
     shown_columns: list[str] = []
-    for name, method in zip(columns, estimates, strict=True):
-        shown_columns += [name, f"{name} bounds"] if method is not None else [name]
+    for name, has_bounds in zip(columns, bounded, strict=True):
+        shown_columns += [name, f"{name} bounds"] if has_bounds else [name]
     rows: list[list[Any]] = []
     for row, pairs in zip(result["rows"], bounds, strict=True):
         shown: list[Any] = []
-        for value, pair, method in zip(row, pairs, estimates, strict=True):
+        for value, pair, has_bounds in zip(row, pairs, bounded, strict=True):
             shown.append(value)
-            if method is not None:
+            if has_bounds:
                 shown.append(None if pair is None else f"[{_text(pair[0])}, {_text(pair[1])}]")
         rows.append(shown)
     return shown_columns, rows
@@ -112,6 +117,8 @@ def table_text(result: dict[str, Any]) -> str:
     if result["unmeasured"]:
         footer += f"; no measurement touched {', '.join(result['unmeasured'])}"
     footer += _estimates(result)
+    if result.get("approximate"):
+        footer += "; approximate: WHERE cuts a bin, spread uniformly within it (--json: bounds)"
     return "\n".join([line(columns), *(line(c) for c in cells), footer + ")"])
 
 

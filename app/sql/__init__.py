@@ -9,11 +9,15 @@ runner that loads a dataset's latest model and answers is
   `MAX_NESTING`; syntax errors are `bad_sql` with line and column.
 - `grammar.read_statement` — the tree → a `Statement`, refusing (`unsupported_sql`,
   with the construct and its position) everything outside the grammar.
-- `compile.compile_statement` — names resolved on the schema; WHERE → a union of boxes
-  of per-attribute code sets (`predicates`, `regions`) → inclusion–exclusion terms.
+- `compile.compile_statement` — names resolved on the schema; WHERE (`where`) → a union
+  of boxes of per-attribute code sets (`predicates`, `regions`) → inclusion–exclusion
+  terms; a predicate that cuts a bin splits it into pieces (`pieces`), with the bounds'
+  regions beside.
+- `quantiles` — MEDIAN, PERCENTILE_CONT, MIN, MAX placed within a code's interval.
 - `factored.build_queries` — per term, one count query and one moments query per
   aggregated attribute; `factored.totals` adds the signed answers.
-- `rows.build_table` — aggregates, HAVING, ORDER BY, LIMIT/OFFSET → columns and rows.
+- `rows.build_table` — aggregates, HAVING, ORDER BY, LIMIT/OFFSET → columns and rows
+  (`build_table_json`: the same, encoded column by column for the HTTP answer).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from cachetools import LRUCache
 from app.pgm.domain import Domain
 from app.schema import DatasetSchema
 from app.sql.compile import SqlPlan, compile_statement
+from app.sql.cut_bounds import CutTotals
 from app.sql.errors import BadSql, Position, SqlTooComplex, TooManyTerms, UnsupportedSql
 from app.sql.factored import TermQuery, build_queries, error_weights, group_cells, totals
 from app.sql.grammar import read_statement
 from app.sql.regions import MAX_BOXES, MAX_TERMS
-from app.sql.rows import SqlTable, build_table
+from app.sql.rows import SqlTable, build_table, build_table_json
 from app.sql.statement import Statement
 from app.sql.syntax import MAX_NESTING, MAX_SQL_CHARACTERS, parse
 
@@ -65,6 +70,7 @@ __all__ = [
     "MAX_SQL_CHARACTERS",
     "MAX_TERMS",
     "BadSql",
+    "CutTotals",
     "Position",
     "SqlPlan",
     "SqlTable",
@@ -75,6 +81,7 @@ __all__ = [
     "UnsupportedSql",
     "build_queries",
     "build_table",
+    "build_table_json",
     "compile_sql",
     "compile_statement",
     "error_weights",

@@ -9,16 +9,17 @@ list, HAVING and ORDER BY become references to grouped attributes and aggregates
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from app.pgm.domain import Domain
 from app.schema import DatasetSchema
-from app.sql import predicates as p
 from app.sql import regions
-from app.sql.errors import Position, bad_sql, unsupported
-from app.sql.predicates import AttributeCodes, Masks
+from app.sql.errors import bad_sql, unsupported
+from app.sql.pieces import Pieces
+from app.sql.predicates import AttributeCodes, narrowed
 from app.sql.regions import Box, Region
 from app.sql.results import (
+    QUANTILE_FUNCTIONS,
     AggRef,
     AggregateSpec,
     GroupTest,
@@ -50,6 +51,7 @@ from app.sql.statement import (
     Statement,
     Truth,
 )
+from app.sql.where import WhereCompiler
 
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _NUMERIC_FUNCTIONS = {"sum", "avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"}
@@ -70,6 +72,50 @@ class SqlPlan:
     order: tuple[SortKey, ...]
     limit: int | None
     offset: int
+    # Binned attributes of WHERE, split at its cut points: the region's masks of these
+    # are over pieces (`app.sql.pieces`), each weighing its share of its bin.
+    pieces: dict[str, Pieces] = field(default_factory=dict)
+    # When WHERE cuts a bin: the regions of bins wholly inside it and of bins partly
+    # inside it (lower and upper bounds on every count), each with its terms.
+    bounds: tuple[tuple[tuple[int, Box], ...], tuple[tuple[int, Box], ...]] | None = None
+    bound_regions: tuple[Region, Region] | None = None
+    # A bound plan: its aggregated attributes' sums add Σ min(low, 0) and Σ max(high, 0)
+    # (a cut bin's records counted or not) to their edge rows.
+    clipped_edges: bool = False
+    # A plan's own keys for what answering keeps per plan (a plan is kept per model
+    # version and text): `rows` keeps its rows' templates under cache["token"].
+    cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def approximate(self) -> bool:
+        """WHERE cuts a bin: counts spread a cut bin's records uniformly within it."""
+        return self.bounds is not None
+
+    def bound_plan(self, upper: bool) -> SqlPlan:
+        """The plan whose counts are the lower (or upper) bound: bins, not pieces."""
+        if self.bounds is None or self.bound_regions is None:
+            raise ValueError("an exact plan has no bounds")
+        codes = dict(self.codes)
+        for name in self.moment_attributes:
+            pieces = self.pieces.get(name)
+            if pieces is not None:
+                kept = 0
+                for box in self.region:
+                    kept |= dict(box).get(name, pieces.full)
+                codes[name] = narrowed(codes[name], pieces, kept)
+        return replace(
+            self,
+            aggregates=tuple(spec for spec in self.aggregates if not spec.is_quantile),
+            codes=codes,
+            clipped_edges=True,
+            region=self.bound_regions[int(upper)],
+            terms=self.bounds[int(upper)],
+            pieces={},
+            bounds=None,
+            bound_regions=None,
+            having=None,
+            cache={},
+        )
 
     @property
     def where_attributes(self) -> tuple[str, ...]:
@@ -82,9 +128,21 @@ class SqlPlan:
         )
 
     @property
+    def quantile_attributes(self) -> tuple[str, ...]:
+        """Attributes a quantile (MEDIAN, PERCENTILE_CONT, MIN, MAX) is taken of."""
+        return tuple(
+            dict.fromkeys(a.attribute for a in self.aggregates if a.is_quantile and a.attribute)
+        )
+
+    @property
     def mentioned(self) -> tuple[str, ...]:
         """Every attribute the query reads, grouped, filtered or aggregated."""
-        names = [*self.group, *self.where_attributes, *self.moment_attributes]
+        names = [
+            *self.group,
+            *self.where_attributes,
+            *self.moment_attributes,
+            *self.quantile_attributes,
+        ]
         return tuple(dict.fromkeys(names))
 
 
@@ -92,15 +150,15 @@ def _describe(column: str, rest: str) -> str:
     return f"{column} {rest}"
 
 
-class _Compiler:
+class _Compiler(WhereCompiler):
     def __init__(
         self, statement: Statement, schema: DatasetSchema, domain: Domain, names: Sequence[str]
     ) -> None:
+        super().__init__()
         self.statement = statement
         self.schema = schema
         self.domain = domain
         self.table_names = tuple(names)
-        self.codes: dict[str, AttributeCodes] = {}
         self.aggregates: list[AggregateSpec] = []
 
     # ---- names -------------------------------------------------------------------------
@@ -144,99 +202,17 @@ class _Compiler:
                     aggregate.at,
                     "SUM, AVG, VAR and STDDEV need a numeric or integer attribute",
                 )
-        spec = AggregateSpec(aggregate.function, attribute)
+            if aggregate.function in QUANTILE_FUNCTIONS and codes.kind == "categorical":
+                raise unsupported(
+                    f"{aggregate.function.upper()} over the categorical attribute {attribute!r}",
+                    aggregate.at,
+                    "quantiles, MIN and MAX need a numeric or integer attribute (its values "
+                    "have an order)",
+                )
+        spec = AggregateSpec(aggregate.function, attribute, aggregate.fraction)
         if spec not in self.aggregates:
             self.aggregates.append(spec)
         return self.aggregates.index(spec)
-
-    # ---- WHERE -------------------------------------------------------------------------
-
-    def _column_and_constant(self, compare: Compare, clause: str) -> tuple[Column, str, Constant]:
-        left, right, op = compare.left, compare.right, compare.op
-        if isinstance(left, Aggregate) or isinstance(right, Aggregate):
-            raise bad_sql("aggregates belong in HAVING, not WHERE", compare.at)
-        if isinstance(left, Column) and isinstance(right, Constant):
-            return left, op, right
-        if isinstance(left, Constant) and isinstance(right, Column):
-            return right, _FLIPPED[op], left
-        if isinstance(left, Column) and isinstance(right, Column):
-            raise unsupported(
-                f"a comparison of two attributes in {clause}",
-                compare.at,
-                "each predicate compares one attribute with constants",
-            )
-        raise unsupported(f"a comparison of two constants in {clause}", compare.at)
-
-    def _column(self, operand: Operand, at: Position | None, clause: str) -> Column:
-        if isinstance(operand, Column):
-            return operand
-        if isinstance(operand, Aggregate):
-            raise bad_sql("aggregates belong in HAVING, not WHERE", at)
-        raise unsupported(f"a predicate on a constant in {clause}", at, "test an attribute")
-
-    def _constant(self, operand: Operand, at: Position | None) -> Constant:
-        if isinstance(operand, Constant):
-            return operand
-        raise unsupported(
-            "a comparison with an attribute or aggregate here",
-            at,
-            "BETWEEN bounds and LIKE patterns are constants",
-        )
-
-    def leaf(self, condition: Condition, clause: str) -> tuple[AttributeCodes, Masks]:
-        """One attribute's predicate: its attribute and (true, false) code masks."""
-        if isinstance(condition, Compare):
-            column, op, constant = self._column_and_constant(condition, clause)
-            codes = self.attribute(column)
-            masks = p.compare(codes, op, constant.value, constant.at or condition.at)
-            text = _describe(codes.name, f"{op} {constant.value!r}")
-            at = condition.at
-        elif isinstance(condition, InList):
-            column = self._column(condition.operand, condition.at, clause)
-            codes = self.attribute(column)
-            masks = p.in_list(codes, [c.value for c in condition.values], condition.at)
-            text, at = _describe(codes.name, "IN (…)"), condition.at
-        elif isinstance(condition, Between):
-            column = self._column(condition.operand, condition.at, clause)
-            codes = self.attribute(column)
-            low = self._constant(condition.low, condition.at)
-            high = self._constant(condition.high, condition.at)
-            low_true, low_false = p.compare(codes, ">=", low.value, low.at)
-            high_true, high_false = p.compare(codes, "<=", high.value, high.at)
-            masks = (low_true & high_true, low_false | high_false)
-            text = _describe(codes.name, f"BETWEEN {low.value!r} AND {high.value!r}")
-            at = condition.at
-        elif isinstance(condition, IsNull):
-            column = self._column(condition.operand, condition.at, clause)
-            codes = self.attribute(column)
-            masks, text, at = p.is_null(codes), "", condition.at
-        elif isinstance(condition, Like):
-            column = self._column(condition.operand, condition.at, clause)
-            codes = self.attribute(column)
-            pattern = self._constant(condition.pattern, condition.at)
-            masks = p.like(
-                codes, pattern.value, condition.escape, condition.case_insensitive, condition.at
-            )
-            text, at = "", condition.at
-        else:
-            raise unsupported(f"{type(condition).__name__} in {clause}", None)
-        p.check_whole_bins(codes, masks, text, at)
-        return codes, masks
-
-    def region(self, condition: Condition, want: bool) -> Region:
-        """Where `condition` is true (`want`) or false, as a union of boxes."""
-        if isinstance(condition, Not):
-            return self.region(condition.condition, not want)
-        if isinstance(condition, (AllOf, AnyOf)):
-            parts = [self.region(c, want) for c in condition.conditions]
-            full = {name: codes.full for name, codes in self.codes.items()}
-            if isinstance(condition, AllOf) == want:
-                return regions.intersection(parts, full)
-            return regions.union(parts, full)
-        if isinstance(condition, Truth):
-            return regions.EVERYTHING if condition.value == want else regions.NOTHING
-        codes, (true, false) = self.leaf(condition, "WHERE")
-        return regions.box_of(codes.name, true if want else false, codes.full)
 
     # ---- HAVING --------------------------------------------------------------------------
 
@@ -287,7 +263,8 @@ class _Compiler:
                     "a HAVING predicate mixing a grouped attribute with another operand",
                     getattr(condition, "at", None),
                 )
-            codes, (true, false) = self.leaf(_renamed(condition, grouped[0]), "HAVING")
+            found = self.leaf(_renamed(condition, grouped[0]), "HAVING")
+            codes, (true, false) = found.codes, found.masks
             return GroupTest(codes.name, true, false)
         at = getattr(condition, "at", None)
         values = [
@@ -401,11 +378,17 @@ class _Compiler:
         group = self.group()
         outputs = self.outputs(group)
         statement = self.statement
+        bounds = bound_regions = None
         if statement.where is None:
             region: Region = regions.EVERYTHING
         else:
             self._register(statement.where)
             region = self.region(statement.where, True)
+            if self.cut_any:
+                lower = self.region(statement.where, True, "lower")
+                upper = self.region(statement.where, True, "upper")
+                bound_regions = (lower, upper)
+                bounds = (regions.inclusion_exclusion(lower), regions.inclusion_exclusion(upper))
         having = self.having(statement.having, group) if statement.having is not None else None
         order = self.order(outputs, group)
         return SqlPlan(
@@ -419,21 +402,10 @@ class _Compiler:
             order=order,
             limit=statement.limit,
             offset=statement.offset,
+            pieces=dict(self.pieces),
+            bounds=bounds,
+            bound_regions=bound_regions,
         )
-
-    def _register(self, condition: Condition) -> None:
-        """Resolve every attribute of a WHERE clause first, so regions know their sizes."""
-        stack: list[Condition] = [condition]
-        while stack:
-            current = stack.pop()
-            if isinstance(current, Not):
-                stack.append(current.condition)
-            elif isinstance(current, (AllOf, AnyOf)):
-                stack.extend(current.conditions)
-            elif isinstance(current, Truth):
-                continue
-            else:
-                self.leaf(current, "WHERE")
 
 
 def _renamed(condition: Condition, attribute: str) -> Condition:

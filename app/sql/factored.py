@@ -5,8 +5,10 @@ group: an identity factor per GROUP BY attribute (masked by the box where the bo
 restricts it) and an indicator factor per other attribute the box restricts
 (Private-PGM appendix B, Table 2). Per aggregated attribute a, one more query has a
 moments factor on a with rows Σ 1 (a has a value), Σ x, Σ x² — x the code's number:
-bin midpoints, as `POST /queries` "moments" uses. The signed sum of the terms' answers
-is the answer over the union (regions.inclusion_exclusion).
+bin midpoints, as `POST /queries` "moments" uses. Per attribute a quantile is taken of
+(and not grouped by), one more query keeps a's codes (an identity factor): the counts
+over a's codes per group. The signed sum of the terms' answers is the answer over the
+union (regions.inclusion_exclusion).
 """
 
 from __future__ import annotations
@@ -31,48 +33,75 @@ VARIANCES = frozenset({"var_pop", "var_samp", "stddev_pop", "stddev_samp"})
 
 @dataclass(frozen=True)
 class TermQuery:
-    """One factored query: a term's counts (`attribute` None) or one attribute's sums."""
+    """One factored query: a term's counts (`attribute` None), one attribute's sums, or
+    (`values`) the counts over one attribute's codes."""
 
     term: int
     attribute: str | None
     query: FactoredQuery
     shape: tuple[int, ...]  # the answer's shape with every group axis, size 1 included
-    moment_axis: int | None  # the axis of the sums, moved last
+    moment_axis: int | None  # the axis of the sums (or of the codes), moved last
     # Rows along the moment axis: MOMENT_ROWS, then for a binned attribute's bounds
     # EDGE_ROWS (SUM, AVG) and one per code with a value — each bin's count (VAR, STDDEV).
     rows: int = MOMENT_ROWS
+    values: bool = False
 
 
-def _mask_vector(codes: AttributeCodes, box: Box) -> np.ndarray:
+def _mask_vector(plan: SqlPlan, codes: AttributeCodes, box: Box) -> np.ndarray:
+    """Per code, the share of its records a box keeps: 1 or 0, or for a bin the WHERE
+    clause cuts, the share of its pieces in the box (`app.sql.pieces`)."""
     mask = dict(box).get(codes.name)
-    vector = np.ones(codes.size)
-    if mask is not None:
-        vector = np.array([(mask >> c) & 1 for c in range(codes.size)], dtype=float)
-    return vector
+    if mask is None:
+        return np.ones(codes.size)
+    pieces = plan.pieces.get(codes.name)
+    if pieces is not None:
+        return pieces.weights(mask)
+    return np.array([(mask >> c) & 1 for c in range(codes.size)], dtype=float)
 
 
 def bound_rows(plan: SqlPlan, attribute: str) -> tuple[bool, bool]:
     """Which extra rows an attribute's sums need for its aggregates' bounds: Σ low and
     Σ high (SUM, AVG of a binned attribute) and each bin's count (VAR, STDDEV)."""
-    if not plan.codes[attribute].binned:
+    codes = plan.codes[attribute]
+    if codes.kind == "categorical" or not (codes.binned or plan.clipped_edges):
         return False, False
     functions = {spec.function for spec in plan.aggregates if spec.attribute == attribute}
     return bool(functions & {"sum", "avg"}), bool(functions & VARIANCES)
 
 
-def _moment_rows(codes: AttributeCodes, edges: bool = False, histogram: bool = False) -> np.ndarray:
+def _moment_rows(
+    codes: AttributeCodes, edges: bool = False, histogram: bool = False, clipped: bool = False
+) -> np.ndarray:
     rows = [codes.non_null, codes.points, codes.points**2]
     if edges:
         low, high = (np.zeros(codes.size) for _ in range(2))
-        low[: codes.value_count], high[: codes.value_count] = codes.intervals
+        low[: codes.value_count], high[: codes.value_count] = codes.value_ranges
         rows += [low, high]
+        if clipped:  # a record counted or not: its value, or nothing (0)
+            rows += [np.minimum(low, 0.0), np.maximum(high, 0.0)]
     if histogram:
         rows.extend(np.eye(codes.size)[: codes.value_count])
     return np.stack(rows)
 
 
+def _moment_rows_in(plan: SqlPlan, codes: AttributeCodes, box: Box, mask: np.ndarray) -> np.ndarray:
+    """Σ 1, Σ x, Σ x² per code over the box: a bin the WHERE clause cuts contributes its
+    pieces in the box, each at its own mean (`app.sql.pieces`)."""
+    pieces = plan.pieces.get(codes.name)
+    piece_mask = dict(box).get(codes.name)
+    if pieces is None or piece_mask is None:
+        rows: np.ndarray = _moment_rows(codes) * mask
+        return rows
+    return pieces.moment_rows(piece_mask, _moment_rows(codes))
+
+
 def _term_query(
-    plan: SqlPlan, domain: Domain, index: int, box: Box, attribute: str | None
+    plan: SqlPlan,
+    domain: Domain,
+    index: int,
+    box: Box,
+    attribute: str | None,
+    values: bool = False,
 ) -> TermQuery:
     factors: list[QueryFactor] = []
     shape: list[int] = []
@@ -84,11 +113,11 @@ def _term_query(
     names += [name for name, _ in box if name not in names]
     for name in names:
         codes = plan.codes[name]
-        mask = _mask_vector(codes, box)
+        mask = _mask_vector(plan, codes, box)
         grouped = name in plan.group
         if grouped and name == attribute:
             # One code per group cell: its bin count is its Σ 1 (see `totals`).
-            rows = _moment_rows(codes) * mask
+            rows = _moment_rows_in(plan, codes, box, mask)
             matrix = np.zeros((codes.size * MOMENT_ROWS, codes.size))
             for code in range(codes.size):
                 matrix[code * MOMENT_ROWS : (code + 1) * MOMENT_ROWS, code] = rows[:, code]
@@ -97,8 +126,17 @@ def _term_query(
         elif grouped:
             matrix = np.diag(mask)
             shape.append(codes.size)
+        elif name == attribute and values:
+            matrix = np.diag(mask)
+            shape.append(codes.size)
+            moment_axis = len(shape) - 1
         elif name == attribute:
-            matrix = _moment_rows(codes, *bound_rows(plan, name)) * mask
+            matrix = _moment_rows(codes, *bound_rows(plan, name), plan.clipped_edges)
+            if name in plan.pieces:  # a cut bin: its pieces in the box at their own mean
+                matrix[:MOMENT_ROWS] = _moment_rows_in(plan, codes, box, mask)
+                matrix[MOMENT_ROWS:] *= mask
+            else:
+                matrix = matrix * mask
             rows_count = matrix.shape[0]
             shape.append(rows_count)
             moment_axis = len(shape) - 1
@@ -114,6 +152,7 @@ def _term_query(
         tuple(shape),
         moment_axis,
         rows_count,
+        values,
     )
 
 
@@ -124,6 +163,9 @@ def build_queries(plan: SqlPlan, domain: Domain) -> tuple[TermQuery, ...]:
         queries.append(_term_query(plan, domain, index, box, None))
         for attribute in plan.moment_attributes:
             queries.append(_term_query(plan, domain, index, box, attribute))
+        for attribute in plan.quantile_attributes:
+            if attribute not in plan.group:  # grouped: each group holds one code
+                queries.append(_term_query(plan, domain, index, box, attribute, values=True))
     return tuple(queries)
 
 
@@ -139,11 +181,28 @@ def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.nda
     sums = {a: np.zeros((cells, MOMENT_ROWS)) for a in plan.moment_attributes}
     edges: dict[str, np.ndarray] = {}
     histograms: dict[str, np.ndarray] = {}
+    values: dict[str, np.ndarray] = {
+        a: np.zeros((cells, plan.codes[a].size))
+        for a in plan.quantile_attributes
+        if a not in plan.group
+    }
+    edge_rows = EDGE_ROWS * (2 if plan.clipped_edges else 1)
+    for attribute in plan.moment_attributes:  # zero when the region is empty
+        with_edges, with_histogram = bound_rows(plan, attribute)
+        if with_edges:
+            edges[attribute] = np.zeros((cells, edge_rows))
+        if with_histogram:
+            histograms[attribute] = np.zeros((cells, plan.codes[attribute].value_count))
     for item, answer in zip(queries, answers, strict=True):
         coefficient = plan.terms[item.term][0]
         table = np.asarray(answer, dtype=float).reshape(item.shape)
         if item.attribute is None:
             count += coefficient * table.reshape(cells)
+            continue
+        if item.values:
+            if item.moment_axis is not None:
+                table = np.moveaxis(table, item.moment_axis, -1)
+            values[item.attribute] += coefficient * table.reshape(cells, -1)
             continue
         if item.moment_axis is not None:
             table = np.moveaxis(table, item.moment_axis, -1)
@@ -154,22 +213,31 @@ def totals(plan: SqlPlan, queries: Sequence[TermQuery], answers: Sequence[np.nda
         with_edges, with_histogram = bound_rows(plan, item.attribute)
         start = MOMENT_ROWS
         if with_edges:
-            edges.setdefault(item.attribute, np.zeros((cells, EDGE_ROWS)))
-            edges[item.attribute] += table[:, start : start + EDGE_ROWS]
-            start += EDGE_ROWS
+            edges[item.attribute] += table[:, start : start + edge_rows]
+            start += edge_rows
         if with_histogram:
-            histograms.setdefault(item.attribute, np.zeros((cells, item.rows - start)))
             histograms[item.attribute] += table[:, start:]
     for attribute in plan.moment_attributes:
         with_edges, with_histogram = bound_rows(plan, attribute)
         if attribute in plan.group and (with_edges or with_histogram):
             counts = _grouped_histogram(plan, attribute, sums[attribute][:, 0])
-            low, high = plan.codes[attribute].intervals
+            low, high = plan.codes[attribute].value_ranges
             if with_edges:
-                edges[attribute] = np.stack([counts @ low, counts @ high], axis=1)
+                ends = [low, high]
+                if plan.clipped_edges:
+                    ends += [np.minimum(low, 0.0), np.maximum(high, 0.0)]
+                edges[attribute] = np.stack([counts @ end for end in ends], axis=1)
             if with_histogram:
                 histograms[attribute] = counts
-    return Totals(count, sums, histograms, edges)
+    for attribute in plan.quantile_attributes:
+        if attribute in plan.group:  # one-hot at each group's own code, times its count
+            axis = plan.group.index(attribute)
+            sizes = [plan.codes[name].size for name in plan.group]
+            own = np.unravel_index(np.arange(cells), sizes)[axis]
+            table = np.zeros((cells, plan.codes[attribute].size))
+            table[np.arange(cells), own] = count
+            values[attribute] = table
+    return Totals(count, sums, histograms, edges, values)
 
 
 def _grouped_histogram(plan: SqlPlan, attribute: str, present: np.ndarray) -> np.ndarray:
@@ -199,12 +267,13 @@ def support(plan: SqlPlan, attribute: str | None) -> np.ndarray:
         masks = dict(box)
         if attribute is not None and attribute not in plan.group:
             codes = plan.codes[attribute]
-            if not masks.get(attribute, codes.full) & codes.values_mask:
+            space = plan.pieces.get(attribute) or codes
+            if not masks.get(attribute, space.full) & space.values_mask:
                 continue
         vectors = []
         for name in plan.group:
             codes = plan.codes[name]
-            vector = _mask_vector(codes, box) > 0
+            vector = _mask_vector(plan, codes, box) > 0
             if name == attribute:
                 vector = vector & (codes.non_null > 0)
             vectors.append(vector.astype(float))
@@ -229,7 +298,7 @@ def error_weights(plan: SqlPlan, spec: AggregateSpec) -> tuple[tuple[str, ...], 
         scalar = 1.0
         for name in names:
             codes = plan.codes[name]
-            vector = _mask_vector(codes, box)
+            vector = _mask_vector(plan, codes, box)
             if name == attribute:
                 vector = vector * (codes.non_null if spec.function == "count" else codes.points**2)
             if name in plan.group:

@@ -1,7 +1,8 @@
 """sqlglot's SELECT tree → a `Statement`, refusing everything outside the grammar.
 
 The grammar (docs/sql.md): `SELECT` grouped attributes and aggregates (COUNT(*),
-COUNT(a), SUM, AVG, VAR/VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP, STDDEV_POP)
+COUNT(a), SUM, AVG, VAR/VARIANCE/VAR_SAMP, VAR_POP, STDDEV/STDDEV_SAMP, STDDEV_POP,
+MEDIAN, PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a), MIN, MAX)
 with `AS` aliases; `FROM` one table; `WHERE` AND/OR/NOT over per-attribute predicates
 (=, <>, IN, NOT IN, <, <=, >, >=, BETWEEN, IS [NOT] NULL, [I]LIKE); `GROUP BY`
 attributes (or select-list positions); `HAVING`; `ORDER BY`; `LIMIT`/`OFFSET`.
@@ -14,6 +15,12 @@ from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
 from app.sql.errors import Position, SqlTooComplex, bad_sql, unsupported
+from app.sql.keywords import AGGREGATE_CLASSES as _AGGREGATE_CLASSES
+from app.sql.keywords import AGGREGATE_NAMES as _AGGREGATE_NAMES
+from app.sql.keywords import CLAUSE_NAMES as _CLAUSE_NAMES
+from app.sql.keywords import CLAUSES as _CLAUSES
+from app.sql.keywords import COMPARISONS as _COMPARISONS
+from app.sql.keywords import NOT_ANSWERED as _NOT_ANSWERED
 from app.sql.statement import (
     Aggregate,
     AllOf,
@@ -37,52 +44,6 @@ from app.sql.statement import (
 from app.sql.syntax import MAX_NESTING, ParsedSql
 
 MAX_LIMIT = 10**12
-
-_CLAUSES = {"expressions", "from_", "from", "where", "group", "having", "order", "limit", "offset"}
-# Select arguments outside the grammar: the construct's name and its keyword token.
-_CLAUSE_NAMES: dict[str, tuple[str, tuple[TokenType, ...]]] = {
-    "distinct": ("DISTINCT", (TokenType.DISTINCT,)),
-    "joins": ("a join", (TokenType.JOIN, TokenType.COMMA)),
-    "with_": ("WITH (a common table expression)", (TokenType.WITH,)),
-    "with": ("WITH (a common table expression)", (TokenType.WITH,)),
-    "windows": ("WINDOW", (TokenType.WINDOW,)),
-    "qualify": ("QUALIFY", (TokenType.QUALIFY,)),
-    "laterals": ("LATERAL", (TokenType.LATERAL,)),
-    "locks": ("FOR UPDATE / FOR SHARE", (TokenType.FOR,)),
-    "into": ("SELECT INTO", (TokenType.INTO,)),
-    "sample": ("TABLESAMPLE", (TokenType.TABLE_SAMPLE,)),
-}
-_COMPARISONS: dict[type[exp.Expression], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-}
-_AGGREGATE_CLASSES: dict[type[exp.Expression], str] = {
-    exp.Count: "count",
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Variance: "var_samp",
-    exp.VariancePop: "var_pop",
-    exp.Stddev: "stddev_samp",
-    exp.StddevSamp: "stddev_samp",
-    exp.StddevPop: "stddev_pop",
-}
-_AGGREGATE_NAMES = {
-    "VAR": "var_samp",
-    "VARIANCE": "var_samp",
-    "VAR_SAMP": "var_samp",
-    "VAR_POP": "var_pop",
-    "STDDEV": "stddev_samp",
-    "STDDEV_SAMP": "stddev_samp",
-    "STDDEV_POP": "stddev_pop",
-}
-_NOT_ANSWERED = {
-    "MIN": "the model holds counts of values, not the extreme values of records",
-    "MAX": "the model holds counts of values, not the extreme values of records",
-}
 
 
 class _Reader:
@@ -181,7 +142,39 @@ class _Reader:
             return Constant(bool(node.this), at)
         return None
 
+    def percentile(self, node: exp.WithinGroup, table: Table | None) -> Aggregate:
+        """PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY a): p a constant in [0, 1]."""
+        at = self.where(node)
+        inner = node.this
+        if not isinstance(inner, exp.PercentileCont):
+            raise self.refuse(inner, "WITHIN GROUP")
+        found = self.constant(_unwrap(inner.this)) if inner.this is not None else None
+        value = found.value if found is not None else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise bad_sql("PERCENTILE_CONT takes a fraction p from 0 to 1", at)
+        order = node.expression
+        keys = order.expressions if isinstance(order, exp.Order) else []
+        if len(keys) != 1 or not isinstance(keys[0], exp.Ordered):
+            raise bad_sql("PERCENTILE_CONT needs WITHIN GROUP (ORDER BY one attribute)", at)
+        target = _unwrap(keys[0].this)
+        if not isinstance(target, exp.Column):
+            raise unsupported(
+                "an expression in WITHIN GROUP", self.where(target), "order by one attribute"
+            )
+        fraction = float(value)
+        if keys[0].args.get("desc"):
+            fraction = 1.0 - fraction  # the p-th value from the top
+        return Aggregate(
+            "percentile_cont", self.column(target, table), at, "percentile_cont", fraction
+        )
+
     def aggregate(self, node: exp.Expression, table: Table | None) -> Aggregate | None:
+        if isinstance(node, exp.WithinGroup):
+            return self.percentile(node, table)
+        if isinstance(node, exp.PercentileCont):
+            raise bad_sql(
+                "PERCENTILE_CONT(p) needs WITHIN GROUP (ORDER BY attribute)", self.where(node)
+            )
         function = None
         written = ""
         argument: exp.Expression | None = None
@@ -207,7 +200,8 @@ class _Reader:
             return Aggregate(function, None, at, written)
         argument = _unwrap(argument)
         if isinstance(argument, exp.Column):
-            return Aggregate(function, self.column(argument, table), at, written)
+            fraction = 0.5 if function == "median" else None
+            return Aggregate(function, self.column(argument, table), at, written, fraction)
         if argument is None:
             raise bad_sql(f"{function.upper()} needs an attribute", at)
         raise unsupported(

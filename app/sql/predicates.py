@@ -7,26 +7,31 @@ Keeping both sets lets NOT, AND and OR combine predicates exactly as SQL does.
 Values are compared as the schema defines the attribute's codes:
 - categorical: its string values (=, <>, IN, LIKE; <, > compare strings);
 - integer: the values (min..max); with a bin width > 1 binned as numeric attributes are;
-- numeric (binned): the model counts values per bin, not where they lie inside one, so
-  a comparison must hold for all or none of each bin's values — `age < 30` is answered
-  when 30 is a bin edge; `age < 31` is refused naming the bin it cuts. `=`/IN also take
-  a bin's label ("[18, 30)").
-Masks are Python integers: bit c is code c.
+- numeric (binned): per bin, a comparison holds for all its values (true), none
+  (false), or some — it cuts the bin. `compare` gives the bins wholly true and wholly
+  false (what the bounds of a cut answer count); `compare_pieces` the same over the
+  pieces the WHERE clause's cut points split the bins into (`app.sql.pieces`), which
+  the estimate counts. `=`/IN also take a bin's label ("[18, 30)"). HAVING on a
+  grouped attribute has whole groups only: there a cut bin is refused.
+Masks are Python integers: bit c is code (or piece) c.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 import numpy as np
+import orjson
 
 from app.pgm.bin_bounds import BinValues
 from app.schema import Attribute, SchemaError, format_number
 from app.sql.errors import Position, bad_sql, unsupported
+from app.sql.pieces import Pieces
+from app.sql.quantiles import CodeIntervals, code_intervals, with_means
 from app.sql.statement import Value
 
 Masks = tuple[int, int]  # (true on, false on)
@@ -77,45 +82,65 @@ class AttributeCodes:
         return shown
 
     @cached_property
+    def labels_json(self) -> list[bytes]:
+        """`labels`, each encoded as JSON."""
+        return [orjson.dumps(label) for label in self.labels]
+
+    @cached_property
     def points(self) -> np.ndarray:
         """The number each code stands for (`values`, else bin midpoints and integers);
-        0 on the null code."""
+        0 on the null code and on a categorical attribute's codes (COUNT(a) reads only
+        which have a value)."""
         values = np.zeros(self.size)
+        values = np.zeros(self.size)
+        if self.kind == "categorical":
+            return values
         given = self.values.values if self.values is not None else self.attribute.midpoints()
         values[: self.value_count] = np.asarray(given, dtype=float)[: self.value_count]
         return values
 
     @property
     def binned(self) -> bool:
-        """Whether a code holds more than one value (its sums have bounds)."""
+        """Whether a code holds more than one value: a numeric bin, an integer bin (its
+        sums have bounds; a WHERE comparison may cut it)."""
         if self.values is not None:
             return not self.values.exact
-        return self.kind == "numeric"
+        return self.attribute.is_binned
 
     @property
     def estimate(self) -> str:
         """How `points` were chosen: "midpoint", "within-bin means" or "exact"."""
         if self.values is not None:
             return self.values.method
-        return "midpoint" if self.kind == "numeric" else "exact"
+        return "midpoint" if self.binned else "exact"
 
     @cached_property
-    def intervals(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per code with a value, the least and greatest value it holds."""
+    def value_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per code with a value, the least and greatest value it holds (`values`' ends
+        when given: in a bound plan, only the part of a cut bin WHERE keeps)."""
         count = self.value_count
         if self.values is not None:
             return self.values.low[:count], self.values.high[:count]
-        if self.kind == "numeric":
-            edges = np.asarray(self.attribute.edges, dtype=float)
-            return edges[:-1][:count], edges[1:][:count]
-        points = self.points[:count]
-        return points, points
+        if self.kind == "categorical":
+            points = self.points[:count]
+            return points, points
+        intervals = self.intervals
+        return intervals.low[:count], intervals.high[:count]
 
     @cached_property
     def code_intervals(self) -> list[tuple[float, float, bool]]:
         """Each value code's (low, high, closed_high), as `Attribute.bin_interval`."""
         lows, highs, closed = self.attribute.intervals()
         return list(zip(lows.tolist(), highs.tolist(), closed.tolist(), strict=True))
+
+    @cached_property
+    def intervals(self) -> CodeIntervals:
+        """The interval of values each code with a value stands for (quantiles, cuts),
+        with the spread of its measured mean where `values` are within-bin means."""
+        found = code_intervals(self.attribute)
+        if self.values is not None and self.values.method == "within-bin means":
+            found = with_means(found, self.values.values[: self.value_count])
+        return found
 
     @cached_property
     def non_null(self) -> np.ndarray:
@@ -128,6 +153,18 @@ class AttributeCodes:
         if self.kind == "categorical":
             return str(self.labels[code])
         return code
+
+
+def narrowed(codes: AttributeCodes, pieces: Pieces, kept: int) -> AttributeCodes:
+    """The attribute's codes with each cut bin's range narrowed to its pieces in `kept`
+    (where the records a WHERE clause keeps can lie): what a bound plan sums."""
+    low, high = pieces.hull(kept, *codes.value_ranges)
+    count = codes.value_count
+    ends = [np.full(codes.size, np.nan) for _ in range(3)]
+    ends[0][:count], ends[1][:count] = low, high
+    ends[2][:count] = np.clip(codes.points[:count], low, high)
+    values = BinValues(ends[2], codes.estimate, ends[0], ends[1])
+    return replace(codes, values=values)
 
 
 def mask_of(codes: list[int] | np.ndarray) -> int:
@@ -234,6 +271,29 @@ def _integers_equal(low: int, high: int, value: float) -> bool | None:
     return True if low == high else None
 
 
+def compare_pieces(
+    codes: AttributeCodes, pieces: Pieces, op: str, value: Value, at: Position | None
+) -> Masks:
+    """`attribute op value` over the pieces of a binned attribute: each piece wholly
+    true or false (a comparison with a bin's label: the pieces of its bins)."""
+    if isinstance(value, str) or value is None:
+        true, false = compare(codes, op, value, at)
+        return pieces.of_codes(true), pieces.of_codes(false)
+    number = _number(codes, value, at)
+    true = false = 0
+    point_equality = not codes.intervals.integer and op in ("=", "<>")
+    for index, point in enumerate(pieces.point.tolist()):
+        if point != point:  # the null code: unknown
+            continue
+        # A continuous piece is an open interval: it holds no single value.
+        holds = (op == "<>") if point_equality else _compare_values(op, point, number)
+        if holds:
+            true |= 1 << index
+        else:
+            false |= 1 << index
+    return true, false
+
+
 def _known_codes(codes: AttributeCodes, labels: list[Value], at: Position | None) -> list[int]:
     if codes.kind == "integer" and not codes.attribute.is_binned:
         found = []
@@ -309,13 +369,19 @@ def like(
     return true, codes.values_mask & ~true
 
 
-def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Position | None) -> None:
-    """Refuse a predicate on a binned attribute that holds for part of a bin only."""
+def undecided(codes: AttributeCodes, masks: Masks) -> int:
+    """The bins (codes with a value) a predicate holds on for part only: it cuts them."""
     true, false = masks
-    undecided = codes.values_mask & ~(true | false)
-    if not undecided or not codes.attribute.is_binned:
+    return codes.values_mask & ~(true | false) if codes.binned else 0
+
+
+def check_whole_bins(codes: AttributeCodes, masks: Masks, text: str, at: Position | None) -> None:
+    """Refuse a predicate on a binned attribute that holds for part of a bin only
+    (HAVING on a grouped attribute: a group is a whole bin)."""
+    cut = undecided(codes, masks)
+    if not cut:
         return
-    first = (undecided & -undecided).bit_length() - 1
+    first = (cut & -cut).bit_length() - 1
     if codes.kind == "integer":
         edges = ", ".join(str(e) for e in codes.attribute.integer_edges().tolist())
     else:

@@ -16,18 +16,27 @@ from app.pgm.bin_bounds import variance_range, widen
 
 # ---- the parts of a compiled query this module reads --------------------------------
 
+QUANTILE_FUNCTIONS = ("median", "percentile_cont", "min", "max")
+
 
 @dataclass(frozen=True)
 class AggregateSpec:
-    """COUNT(*) (attribute None), COUNT(a), SUM(a), AVG(a), VAR_*(a), STDDEV_*(a)."""
+    """COUNT(*) (attribute None), COUNT(a), SUM(a), AVG(a), VAR_*(a), STDDEV_*(a), and
+    the quantiles MEDIAN(a), PERCENTILE_CONT(fraction), MIN(a), MAX(a)."""
 
     function: str
     attribute: str | None
+    fraction: float | None = None  # PERCENTILE_CONT's p (MEDIAN: 0.5)
+
+    @property
+    def is_quantile(self) -> bool:
+        return self.function in QUANTILE_FUNCTIONS
 
     @property
     def moments(self) -> tuple[int, ...]:
-        """Which sums over the attribute's values it needs: 0 → Σ 1, 1 → Σ x, 2 → Σ x²."""
-        if self.attribute is None:
+        """Which sums over the attribute's values it needs: 0 → Σ 1, 1 → Σ x, 2 → Σ x²
+        (none for quantiles: they read the counts over the attribute's codes)."""
+        if self.attribute is None or self.is_quantile:
             return ()
         return {
             "count": (0,),
@@ -123,14 +132,17 @@ class SortKey:
 
 @dataclass(frozen=True)
 class Totals:
-    """Per group cell: the count, per aggregated attribute its sums (cells × 3), and for
-    binned attributes whose VAR/STDDEV is asked, its bin counts (cells × bins)."""
+    """Per group cell: the count, per aggregated attribute its sums (cells × 3), for
+    binned attributes whose VAR/STDDEV is asked, its bin counts (cells × bins), and per
+    attribute a quantile reads, its counts over the attribute's codes (cells × codes)."""
 
     count: np.ndarray
     sums: dict[str, np.ndarray]
     histograms: dict[str, np.ndarray] = field(default_factory=dict)
-    # Per binned attribute whose SUM/AVG is asked: Σ low and Σ high (cells × 2).
+    # Per binned attribute whose SUM/AVG is asked: Σ low and Σ high (cells × 2); in a
+    # bound plan (`SqlPlan.bound_plan`) also Σ min(low, 0) and Σ max(high, 0) (cells × 4).
     edges: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def aggregate_values(spec: AggregateSpec, totals: Totals, has_value: np.ndarray) -> np.ndarray:

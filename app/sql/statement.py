@@ -12,8 +12,21 @@ from app.sql.errors import Position
 
 Value = str | int | float | bool | None
 
-# COUNT(*) and COUNT(a); SUM; AVG; the sample and population variance and deviation.
-AGGREGATES = ("count", "sum", "avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop")
+# COUNT(*) and COUNT(a); SUM; AVG; the sample and population variance and deviation;
+# quantiles of the model's distribution (MEDIAN, PERCENTILE_CONT, MIN, MAX).
+AGGREGATES = (
+    "count",
+    "sum",
+    "avg",
+    "var_samp",
+    "var_pop",
+    "stddev_samp",
+    "stddev_pop",
+    "median",
+    "percentile_cont",
+    "min",
+    "max",
+)
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=")
 
 
@@ -38,10 +51,14 @@ class Aggregate:
     column: Column | None
     at: Position | None
     written: str = ""  # the function's name as the query wrote it (STDDEV, VARIANCE, …)
+    fraction: float | None = None  # PERCENTILE_CONT's p (MEDIAN: 0.5)
 
     @property
     def text(self) -> str:
-        """The output column's default name: `count(*)`, `stddev(hours)`."""
+        """The output column's default name: `count(*)`, `stddev(hours)`,
+        `percentile_cont(0.9)`."""
+        if self.function == "percentile_cont":
+            return f"percentile_cont({self.fraction:g})"
         argument = "*" if self.column is None else self.column.name
         return f"{(self.written or self.function).lower()}({argument})"
 

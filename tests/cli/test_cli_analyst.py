@@ -316,3 +316,30 @@ def test_datasets_list_and_show_are_the_tenants_own(
     shown = json.loads(out)
     assert shown == raw.get(f"/v1/datasets/{setup['dataset_id']}").json()
     assert shown.get("rows") is None  # the row count is the admin's alone
+
+
+def test_quantiles_in_every_format_are_the_services_answer(
+    capsys: pytest.CaptureFixture[str],
+    service: Any,
+    setup: dict[str, Any],
+    raw: httpx.Client,
+    measured: int,
+) -> None:
+    path = f"/v1/datasets/{setup['dataset_id']}/quantiles"
+    expected = raw.get(path, params={"attr": "age", "p": "0.5,0.9"}).json()
+    key, name = setup["key"], setup["name"]
+    status, out, _ = privq(
+        capsys, service, key, "quantiles", name, "age", "--p", "0.5,0.9", "--json"
+    )
+    assert status == 0 and json.loads(out) == expected
+    status, out, _ = privq(
+        capsys, service, key, "quantiles", name, "age", "--p", "0.5,0.9", "--csv"
+    )
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == ["p", "value", "bin"] and [r[0] for r in rows[1:3]] == ["0.5", "0.9"]
+    assert float(rows[1][1]) == pytest.approx(expected["quantiles"][0]["value"])
+    status, out, _ = privq(capsys, service, key, "quantiles", name, "age")
+    lines = out.splitlines()
+    assert status == 0 and lines[0].split() == ["p", "value", "bin"]
+    assert f"model version {expected['model_version']}" in lines[-1]
+    assert privq(capsys, service, key, "quantiles", name, "sex")[0] == 1

@@ -7,7 +7,7 @@ Columns: `carrier` (one of five), `distance` (miles) and `dep_delay` (minutes, o
 decimal; early departures negative). `SCHEMA` bins `dep_delay` the way a curator who
 knows only its range would, in wide bins: midpoints put the average delay far from
 the truth, within-bin means bring it back (tests/services/test_within_bin_means.py,
-bench/numbers.py, which draws a larger table with `build(rows=...)`).
+bench/bin_numbers.py, which draws a larger table with `build(rows=...)`).
 """
 
 from __future__ import annotations

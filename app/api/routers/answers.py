@@ -247,6 +247,40 @@ class MarginalOut(BaseModel):
 
 class CountOut(BaseModel):
     count: float
+    bounds: list[float] = Field(
+        description="[low, high]: bins a range cuts counted not at all and whole (the "
+        "count itself when no range cuts a bin)."
+    )
+    approximate: bool = Field(
+        description="A range cuts a bin: its records are spread uniformly within it."
+    )
+    model_version: int
+    note: str | None
+
+
+class QuantileOut(BaseModel):
+    p: float
+    value: float | None = Field(description="The p-quantile; an integer for integer attributes.")
+    bin: list[float] | None = Field(description="[low, high]: the bin (or integers) it lies in.")
+
+
+class ExtremeOut(BaseModel):
+    value: float
+    bin: list[float]
+
+
+class QuantilesOut(BaseModel):
+    attribute: str
+    quantiles: list[QuantileOut]
+    min: ExtremeOut | None = Field(
+        description="Low edge of the lowest bin whose estimated count is at least `min_max_count`."
+    )
+    max: ExtremeOut | None = Field(
+        description="High edge of the highest bin whose estimated count is at least "
+        "`min_max_count`."
+    )
+    count: float = Field(description="The model's count of records with a value.")
+    min_max_count: float
     model_version: int
     note: str | None
 
@@ -256,14 +290,19 @@ class AnswerOut(BaseModel):
     labels: list[list[str]] = Field(description="Cell labels, row-major over the axes.")
     values: list[float] = Field(description="One value per cell; one value if no axes.")
     bounds: list[list[float]] | None = Field(
-        description="With `moments`: per cell, [least, greatest] the bins' edges allow given "
-        "the model's counts (equal to the value for integer attributes); else null."
+        description="Per cell, [least, greatest]: with `moments`, what the bins' edges allow "
+        "given the model's counts (equal to the value for integer attributes); when a "
+        "`where` range cuts a bin (no weights or moments), the cut bins counted not at all "
+        "and whole; else null (a cut with weights or moments: the note says why)."
     )
     estimates: dict[str, str] = Field(
         description='Per `moments` attribute: how a code\'s value was chosen ("midpoint", '
         '"within-bin means" or "exact").'
     )
     note: str | None
+    approximate: bool = Field(
+        description="A `where` range cuts a bin: its records are spread uniformly within it."
+    )
 
 
 class AnswersOut(BaseModel):
@@ -320,7 +359,8 @@ async def read_count(
         list[SafeText],
         Query(
             description="Repeatable filter: `sex:F,M` (values) or `age:30..45` (half-open "
-            "range on original values; either end may be left out).",
+            "range on original values; either end may be left out; a range that cuts a "
+            "bin spreads its records uniformly within it).",
             examples=[["sex:F", "age:30..45"]],
         ),
     ] = [],  # noqa: B006 — FastAPI copies query defaults
@@ -331,6 +371,36 @@ async def read_count(
     size = answers.count_size(loaded, count)
     response = await answer(size, lambda: SafeJSONResponse(answers.count_result(loaded, count)))
     return mark_unmeasured(response, unmeasured_attributes(loaded, count.attributes))
+
+
+@router.get(
+    "/quantiles",
+    response_model=None,
+    responses={200: {"model": QuantilesOut, "headers": UNMEASURED_DOC}, **NOT_FOUND, **INVALID},
+)
+async def read_quantiles(
+    database: DatabaseDep,
+    access: DatasetAccessDep,
+    attr: Annotated[
+        SafeText,
+        Query(description="A numeric or integer attribute.", examples=["age"]),
+    ],
+    p: Annotated[
+        SafeText | None,
+        Query(
+            description="Fractions from 0 to 1, comma-separated (default 0.25,0.5,0.75).",
+            examples=["0.5,0.9"],
+        ),
+    ] = None,
+) -> SafeJSONResponse:
+    """Quantiles, MIN and MAX of one attribute from the model, each with its bin (free)."""
+    fractions = answers.parse_fractions(p)
+    loaded = await model_for(database, access)
+    size = answers.quantiles_size(loaded, attr)
+    response = await answer(
+        size, lambda: SafeJSONResponse(answers.quantiles_answer(loaded, attr, fractions))
+    )
+    return mark_unmeasured(response, unmeasured_attributes(loaded, [attr]))
 
 
 @router.post(

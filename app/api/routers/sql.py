@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.answering import answer, model_for
 from app.api.deps import DatabaseDep, DatasetAccessDep, ReadsDep, SettingsDep
-from app.api.responses import SafeJSONResponse
 from app.api.schemas import RequestBody, error_responses
 from app.api.unmeasured import DOCUMENTED, mark_unmeasured
 from app.services import answers
@@ -51,14 +50,23 @@ class SqlOut(BaseModel):
         description="Per value: its standard error where measurements cover what it adds "
         "up (COUNT and SUM), else null."
     )
-    bounds: list[list[list[float] | None]] = Field(
+    bins: list[list[list[float] | None] | None] = Field(
+        description="Per column: for MEDIAN, PERCENTILE_CONT, MIN and MAX, per row the "
+        "interval [low, high] of the bin (or the integers) the value lies in; else null."
+    )
+    bounds: list[list[list[float] | None]] | None = Field(
         description="Per value: [least, greatest] the bins' edges allow given the model's "
         "counts (SUM, AVG, VAR_*, STDDEV_* of a numeric or integer attribute; equal to the "
-        "value when each code is one integer), else null."
+        "value when each code is one integer; COUNT when the WHERE clause cuts a bin, the "
+        "cut bins counted not at all and whole), else null; null as a whole when no "
+        "column has bounds."
     )
     estimates: list[str | None] = Field(
         description='Per column: how its numbers stand for the values in a bin ("midpoint", '
         '"within-bin means" or "exact") for SUM/AVG/VAR/STDDEV columns, else null.'
+    )
+    approximate: bool = Field(
+        description="WHERE cuts a bin: its records are spread uniformly within it."
     )
     model_version: int
     unmeasured: list[str] = Field(description="Attributes of the query no measurement touched.")
@@ -95,18 +103,24 @@ async def answer_sql(
     reads: ReadsDep,
 ) -> Response:
     """A SQL SELECT answered from the model (free): grouped COUNT/SUM/AVG/VAR/STDDEV."""
-    statement = answers.read_sql(body.query)
+    answers.read_sql(body.query)  # refusals of the text come before any model is needed
     loaded = await model_for(database, access)
-    names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
-    prepared = answers.prepare_sql(
-        loaded, statement, table_names=names, max_cells=settings.max_marginal_cells
+    names = answers.cached_table_names(access.dataset_id)
+    if names is None:
+        names = await reads.run(partial(answers.table_names, dataset_id=access.dataset_id))
+    prepared = answers.prepare_text(
+        loaded, body.query, table_names=names, max_cells=settings.max_marginal_cells
     )
-    result = await answer(prepared.size, lambda: answers.answer_sql(loaded, prepared))
-    if _wants_csv(request):
+    wants_csv = _wants_csv(request)
+    result = await answer(
+        prepared.size, lambda: answers.answer_sql(loaded, prepared, encoded=not wants_csv)
+    )
+    if wants_csv:
         csv = Response(
             answers.sql_csv(result),
             media_type="text/csv; charset=utf-8",
             headers={"X-Model-Version": str(result["model_version"])},
         )
         return mark_unmeasured(csv, result["unmeasured"])
-    return mark_unmeasured(SafeJSONResponse(result), result["unmeasured"])
+    body_json = answers.sql_json(result)
+    return mark_unmeasured(Response(body_json, media_type="application/json"), result["unmeasured"])

@@ -11,9 +11,12 @@ the routers can send them without re-validating large response models.
 - `count_answer` — one number for `where=attr:v1,v2` / `where=attr:lo..hi` filters.
 - `queries_answer` — a batch of factored queries (Private-PGM appendix B): `where`
   value sets or ranges, `by` value / cdf / groups, `weights`, `moments`.
+- `quantiles_answer` — p-quantiles, MIN and MAX of one attribute from its one-way
+  marginal, each with the bin it lies in (`parse_fractions`, `quantiles_size`).
 - `synthetic_csv` — records sampled from the model, as CSV in the schema's labels.
 - `sql_answer` — a SQL SELECT compiled by `app.sql` to factored queries (`read_sql`,
-  `prepare_sql`, `answer_sql`; `sql_csv` for `Accept: text/csv`).
+  `prepare_sql`, `prepare_text` (kept per model version), `answer_sql`; `sql_json`, and
+  `sql_csv` for `Accept: text/csv`).
 
 Each of marginals, counts and queries can also be checked and sized first
 (`marginal_size`, `count_query` + `count_size`, `prepare_queries`: a `WorkSize`) and
@@ -60,6 +63,7 @@ from app.services.answers.marginals import (
     parse_attribute_list,
     standard_error,
 )
+from app.services.answers.quantiles import parse_fractions, quantiles_answer, quantiles_size
 from app.services.answers.queries import (
     Grouping,
     PreparedBatch,
@@ -74,11 +78,14 @@ from app.services.answers.queries import (
 from app.services.answers.sql import (
     PreparedSql,
     answer_sql,
+    cached_table_names,
     prepare_sql,
+    prepare_text,
     read_sql,
     resolve_dataset,
     sql_answer,
     sql_csv,
+    sql_json,
     table_names,
 )
 from app.services.answers.synthetic import synthetic_csv, synthetic_rows
@@ -112,6 +119,7 @@ __all__ = [
     "answer_prepared",
     "answer_sql",
     "build_query",
+    "cached_table_names",
     "count_answer",
     "count_query",
     "count_result",
@@ -123,15 +131,20 @@ __all__ = [
     "marginal_size",
     "model_description",
     "parse_attribute_list",
+    "parse_fractions",
     "parse_where",
     "prepare_queries",
     "prepare_sql",
+    "prepare_text",
+    "quantiles_answer",
+    "quantiles_size",
     "queries_answer",
     "read_sql",
     "ready_model",
     "resolve_dataset",
     "sql_answer",
     "sql_csv",
+    "sql_json",
     "standard_error",
     "synthetic_csv",
     "synthetic_rows",

@@ -30,6 +30,7 @@ __all__ = [
     "code_intervals",
     "is_binned",
     "measured_means",
+    "spread_means",
 ]
 
 
@@ -89,6 +90,18 @@ def measured_means(loaded: LoadedModel, attribute: Attribute) -> np.ndarray | No
     counts = counts[: attribute.value_size]
     means = means_from(low, high, released.sums, counts)
     return np.where(counts >= MIN_COUNT, means, np.nan)
+
+
+def spread_means(loaded: LoadedModel, name: str) -> np.ndarray | None:
+    """The measured within-bin means of a binned attribute (one per code with a value),
+    which spread a bin's records within it (`app.sql.spread`); None without them."""
+    attribute = loaded.schema.attribute(name)
+    if not is_binned(attribute):
+        return None
+    found = bin_values(loaded, name)
+    if found.method != "within-bin means":
+        return None
+    return found.values[: attribute.value_size]
 
 
 def bin_values(loaded: LoadedModel, name: str, *, parameter: str = "attribute") -> BinValues:

@@ -16,7 +16,7 @@ from app.pgm.domain import Domain, DomainError
 from app.pgm.elimination import InferenceTooLarge
 from app.pgm.queries import FactoredQuery, QueryFactor
 from app.schema import Attribute, Label, SchemaError, format_number
-from app.services.answers.bin_values import bin_values
+from app.services.answers.bin_values import bin_values, spread_means
 from app.services.answers.common import (
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
@@ -29,7 +29,7 @@ from app.services.answers.common import (
     too_large,
     untouched_note,
 )
-from app.services.answers.values import codes_in_range, codes_of_labels
+from app.services.answers.values import codes_of_labels, range_shares
 from app.services.models import LoadedModel
 
 
@@ -74,6 +74,11 @@ class PreparedQuery:
     signed_axes: Mapping[int, int] = field(default_factory=dict)
     # With moments: how each moment attribute's values were chosen (`bin_values`).
     estimates: Mapping[str, str] = field(default_factory=dict)
+    # A `where` range cuts a bin: its records are spread uniformly within it.
+    approximate: bool = False
+    # …and, without weights or moments, the queries of the lower and upper bounds
+    # (cut bins counted not at all, and whole).
+    bounds: tuple[FactoredQuery, FactoredQuery] | None = None
 
     @property
     def cells(self) -> int:
@@ -141,6 +146,9 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
         return attribute
 
     row_factors: list[QueryFactor] = []
+    lower_factors: list[QueryFactor] = []
+    upper_factors: list[QueryFactor] = []
+    approximate = False
     axis_factors: list[QueryFactor] = []
     axis_attributes: list[str] = []
     axis_labels: list[tuple[Label, ...]] = []
@@ -152,10 +160,23 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
             attribute = attribute_for("where", name)
             path = f"{parameter}.where.{name}"
             if isinstance(condition, ValueRange):
-                codes = codes_in_range(attribute, condition.ge, condition.lt, path, condition.le)
-            else:
-                codes = codes_of_labels(attribute, list(condition), path)
+                shares = range_shares(
+                    attribute,
+                    condition.ge,
+                    condition.lt,
+                    path,
+                    condition.le,
+                    spread_means(loaded, name) if attribute.kind != "categorical" else None,
+                )
+                approximate = approximate or shares.approximate
+                row_factors.append(q.weights(domain, name, shares.weights.tolist(), f"in {name}"))
+                lower_factors.append(q.indicator(domain, name, shares.lower))
+                upper_factors.append(q.indicator(domain, name, shares.upper))
+                continue
+            codes = codes_of_labels(attribute, list(condition), path)
             row_factors.append(q.indicator(domain, name, codes))
+            lower_factors.append(row_factors[-1])
+            upper_factors.append(row_factors[-1])
         for name, row in spec.weights.items():
             attribute_for("weights", name)
             try:
@@ -208,6 +229,12 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
             if attribute.missing:
                 notes.append(_skip_note(attribute))
         query = FactoredQuery(domain, tuple(row_factors + axis_factors))
+        bounds = None
+        if approximate and not spec.weights and not spec.moments:
+            bounds = (
+                FactoredQuery(domain, tuple(lower_factors + axis_factors)),
+                FactoredQuery(domain, tuple(upper_factors + axis_factors)),
+            )
     except DomainError as error:  # QueryError: wrong weight count, non-finite entries, …
         raise invalid(parameter, str(error)) from None
     signed_axes = {
@@ -215,6 +242,17 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
         for axis, factor in enumerate(query.output_factors)
         if factor.attribute in signed
     }
+    if approximate:
+        notes.append(
+            "a where range cuts a bin: its records are spread uniformly within it"
+            + (
+                ""
+                if bounds is not None
+                else "; no bounds: the moments and weights of a cut bin's part are not "
+                "guaranteed by its edges"
+            )
+        )
+        signed_axes = {}
     return PreparedQuery(
         query=query,
         axis_attributes=tuple(axis_attributes),
@@ -222,6 +260,8 @@ def build_query(loaded: LoadedModel, spec: QuerySpec, *, parameter: str) -> Prep
         notes=tuple(notes),
         signed_axes=signed_axes,
         estimates=estimates,
+        approximate=approximate,
+        bounds=bounds,
     )
 
 
@@ -261,27 +301,31 @@ def prepare_queries(
     for index, item in enumerate(prepared):
         # Plans are cached per query shape, so checking each one first is cheap and
         # lets the refusal name the query.
-        try:
-            plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
-        except InferenceTooLarge as error:
-            raise too_large(error, f"queries[{index}]") from None
-        largest = max(largest, plan.max_intermediate_cells)
-        work += plan.work
+        for query in (item.query, *(item.bounds or ())):
+            try:
+                plan = model.query_plan(query, max_cells=MAX_INFERENCE_CELLS)
+            except InferenceTooLarge as error:
+                raise too_large(error, f"queries[{index}]") from None
+            largest = max(largest, plan.max_intermediate_cells)
+            work += plan.work
     return PreparedBatch(tuple(prepared), WorkSize(cells, largest, work))
 
 
 def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]:
     """Answers of a prepared batch, each a table flattened row-major."""
-    results = loaded.model.answer_many(
-        [p.query for p in batch.items], max_cells=MAX_INFERENCE_CELLS
-    )
+    every = [query for p in batch.items for query in (p.query, *(p.bounds or ()))]
+    results = iter(loaded.model.answer_many(every, max_cells=MAX_INFERENCE_CELLS))
     answers = []
-    for item, result in zip(batch.items, results, strict=True):
+    for item in batch.items:
+        values = np.asarray(next(results), dtype=float)
+        bounds: list[list[float]] | None = None
+        if item.bounds is not None:  # a cut bin counted not at all and whole
+            low = np.minimum(np.asarray(next(results), dtype=float).ravel(), values.ravel())
+            high = np.maximum(np.asarray(next(results), dtype=float).ravel(), values.ravel())
+            bounds = np.stack([low, high], axis=1).tolist()
         _, note = untouched_note(loaded, item.query.attributes)
         if item.notes:
             note = "; ".join(([note] if note else []) + list(item.notes))
-        values = np.asarray(result, dtype=float)
-        bounds: list[list[float]] | None = None
         if item.signed_axes:
             values, least, greatest = signed_bounds(values, dict(item.signed_axes))
             pairs = np.stack([least.ravel(), greatest.ravel()], axis=1)
@@ -292,9 +336,10 @@ def answer_prepared(loaded: LoadedModel, batch: PreparedBatch) -> dict[str, Any]
                 "attributes": list(item.axis_attributes),
                 "labels": cell_labels(item.axis_labels),
                 "values": values.ravel().tolist(),
-                "bounds": bounds,
                 "estimates": dict(item.estimates),
                 "note": note,
+                "approximate": item.approximate,
+                "bounds": bounds,
             }
         )
     return {"answers": answers, "model_version": loaded.version}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 from cachetools import LRUCache
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -50,6 +51,8 @@ class PreparedSql:
     plan: SqlPlan
     queries: tuple[TermQuery, ...]
     size: WorkSize
+    # When WHERE cuts a bin: the counts queries of the lower and the upper bound.
+    bound_queries: tuple[tuple[TermQuery, ...], tuple[TermQuery, ...]] | None = None
 
 
 def read_sql(text: str) -> Statement:
@@ -76,6 +79,35 @@ def table_names(session: Session, dataset_id: str) -> tuple[str, str]:
     return name, dataset_id
 
 
+def cached_table_names(dataset_id: str) -> tuple[str, str] | None:
+    """`table_names` without a database read, when this process has read them before."""
+    with _names_lock:
+        name = _names.get(dataset_id)
+    return None if name is None else (name, dataset_id)
+
+
+# Compiled queries by (dataset, model version, text, FROM names, cell cap): a version is
+# immutable, so its plan and factored queries are a pure function of the key; a query
+# asked again (a dashboard's refresh) skips compiling and sizing. Refusals are not kept.
+_PreparedKey = tuple[str, int, str, tuple[str, ...], int]
+_prepared: LRUCache[_PreparedKey, PreparedSql] = LRUCache(maxsize=512)
+_prepared_lock = threading.Lock()
+
+
+def prepare_text(
+    loaded: LoadedModel, text: str, *, table_names: Sequence[str], max_cells: int
+) -> PreparedSql:
+    """`prepare_sql(read_sql(text))`, kept per model version and text."""
+    key = (loaded.dataset_id, loaded.version, text, tuple(table_names), max_cells)
+    with _prepared_lock:
+        prepared = _prepared.get(key)
+    if prepared is None:
+        prepared = prepare_sql(loaded, read_sql(text), table_names=table_names, max_cells=max_cells)
+        with _prepared_lock:
+            _prepared[key] = prepared
+    return prepared
+
+
 def prepare_sql(
     loaded: LoadedModel,
     statement: Statement,
@@ -89,6 +121,13 @@ def prepare_sql(
         loaded, sql.compile_statement(statement, schema, model.domain, table_names)
     )
     queries = sql.build_queries(plan, model.domain)
+    bound_queries = None
+    if plan.approximate:
+        bound_queries = (
+            sql.build_queries(plan.bound_plan(upper=False), model.domain),
+            sql.build_queries(plan.bound_plan(upper=True), model.domain),
+        )
+    every = queries + (bound_queries[0] + bound_queries[1] if bound_queries else ())
     cells = sql.group_cells(plan)
     if cells > max_cells:
         raise TooManyCells(
@@ -98,31 +137,43 @@ def prepare_sql(
             cells=cells,
             max_cells=max_cells,
         )
-    if len(queries) > MAX_QUERIES_PER_REQUEST:
+    if len(every) > MAX_QUERIES_PER_REQUEST:
         raise sql.TooManyTerms(
-            f"query: answering needs {len(queries)} factored queries, more than the limit "
+            f"query: answering needs {len(every)} factored queries, more than the limit "
             f"of {MAX_QUERIES_PER_REQUEST}; aggregate fewer attributes or simplify WHERE",
             parameter="query",
             max_queries=MAX_QUERIES_PER_REQUEST,
         )
     largest = 0
     work = 0
-    for item in queries:
+    for item in every:
         try:
             tree_plan = model.query_plan(item.query, max_cells=MAX_INFERENCE_CELLS)
         except InferenceTooLarge as error:
             raise too_large(error, "query") from None
         largest = max(largest, tree_plan.max_intermediate_cells)
         work += tree_plan.work
-    return PreparedSql(plan, queries, WorkSize(cells * max(len(plan.outputs), 1), largest, work))
+    size = WorkSize(cells * max(len(plan.outputs), 1), largest, work)
+    return PreparedSql(plan, queries, size, bound_queries)
 
 
 def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
-    """The plan with each aggregated attribute's representative values (`bin_values`)."""
+    """The plan with each aggregated attribute's representative values (`bin_values`),
+    and, where within-bin means are measured, a quantile's or a cut bin's spread within
+    each bin matched to its mean (`app.sql.spread`)."""
     codes = dict(plan.codes)
-    for name in plan.moment_attributes:
-        codes[name] = dataclasses.replace(codes[name], values=bin_values(loaded, name))
-    return dataclasses.replace(plan, codes=codes)
+    pieces = dict(plan.pieces)
+    names = dict.fromkeys([*plan.moment_attributes, *plan.quantile_attributes, *plan.pieces])
+    for name in names:
+        if codes[name].kind == "categorical":  # COUNT(a) only counts its values
+            continue
+        values = bin_values(loaded, name)
+        if name not in plan.moment_attributes and values.method != "within-bin means":
+            continue
+        codes[name] = dataclasses.replace(codes[name], values=values)
+        if name in pieces:
+            pieces[name] = pieces[name].respread(codes[name].intervals)
+    return dataclasses.replace(plan, codes=codes, pieces=pieces)
 
 
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
@@ -138,28 +189,57 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
     return errors
 
 
-def answer_sql(loaded: LoadedModel, prepared: PreparedSql) -> dict[str, Any]:
-    """The result table: `{"columns", "rows", "standard_errors", "bounds", "estimates",
-    "model_version", "unmeasured", "note", "terms", "factored_queries"}`."""
+def answer_sql(
+    loaded: LoadedModel, prepared: PreparedSql, *, encoded: bool = False
+) -> dict[str, Any]:
+    """The result table: `{"columns", "rows", "standard_errors", "bins", "bounds",
+    "estimates", "approximate", "model_version", "unmeasured", "note", "terms",
+    "factored_queries"}`. `encoded`: the table's parts as JSON already
+    (`orjson.Fragment`s), for `sql_json`."""
     plan = prepared.plan
+    lower, upper = prepared.bound_queries or ((), ())
+    every = prepared.queries + lower + upper
     answers = loaded.model.answer_many(
-        [item.query for item in prepared.queries], max_cells=MAX_INFERENCE_CELLS
+        [item.query for item in every], max_cells=MAX_INFERENCE_CELLS
     )
-    totals = sql.totals(plan, prepared.queries, answers)
-    table = sql.build_table(plan, totals, _standard_errors(loaded, plan))
+    estimate = len(prepared.queries)
+    totals = sql.totals(plan, prepared.queries, answers[:estimate])
+    count_bounds = None
+    if prepared.bound_queries is not None:
+        low_plan, high_plan = plan.bound_plan(upper=False), plan.bound_plan(upper=True)
+        low = sql.totals(low_plan, lower, answers[estimate : estimate + len(lower)])
+        high = sql.totals(high_plan, upper, answers[estimate + len(lower) :])
+        count_bounds = sql.CutTotals(low, high)
+    errors = _standard_errors(loaded, plan)
+    table: dict[str, Any]
+    if encoded:
+        table = sql.build_table_json(plan, totals, errors, count_bounds)
+    else:
+        built = sql.build_table(plan, totals, errors, count_bounds)
+        table = {
+            "columns": built.columns,
+            "rows": built.rows,
+            "standard_errors": built.errors,
+            "bounds": built.bounds,
+            "estimates": built.estimates,
+            "bins": built.bins,
+        }
     unmeasured, note = untouched_note(loaded, plan.mentioned)
     return {
-        "columns": table.columns,
-        "rows": table.rows,
-        "standard_errors": table.errors,
-        "bounds": table.bounds,
-        "estimates": table.estimates,
+        **table,
+        "approximate": plan.approximate,
         "model_version": loaded.version,
         "unmeasured": unmeasured,
         "note": note,
         "terms": len(plan.terms),
         "factored_queries": len(prepared.queries),
     }
+
+
+def sql_json(result: dict[str, Any]) -> bytes:
+    """The result as JSON bytes (orjson; `answer_sql(…, encoded=True)`'s parts are JSON
+    already). Every number in a result is finite (NULL and "no error" are null)."""
+    return orjson.dumps(result)
 
 
 def sql_csv(result: dict[str, Any]) -> str:
@@ -171,7 +251,11 @@ def sql_csv(result: dict[str, Any]) -> str:
     columns = result["columns"]
     bounds = result.get("bounds") or [[None] * len(columns) for _ in result["rows"]]
     estimates = result.get("estimates") or [None] * len(columns)
-    bounded = [i for i, method in enumerate(estimates) if method is not None]
+    bounded = [
+        i
+        for i, method in enumerate(estimates)
+        if method is not None or any(pairs[i] is not None for pairs in bounds)
+    ]
     writer.writerow(
         [*columns, *(f"{columns[i]}_{end}" for i in bounded for end in ("low", "high"))]
     )
@@ -185,8 +269,9 @@ def sql_answer(
     loaded: LoadedModel, text: str, *, table_names: Sequence[str], max_cells: int
 ) -> dict[str, Any]:
     """Read, compile and answer a query in one call (tests, benchmarks, scripts)."""
-    prepared = prepare_sql(loaded, read_sql(text), table_names=table_names, max_cells=max_cells)
-    return answer_sql(loaded, prepared)
+    return answer_sql(
+        loaded, prepare_text(loaded, text, table_names=table_names, max_cells=max_cells)
+    )
 
 
 def resolve_dataset(session: Session, dataset: str) -> str:

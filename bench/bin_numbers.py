@@ -16,12 +16,16 @@ median over the releases is printed with the worst. `answered` is what the servi
 itself answers to `SELECT AVG(dep_delay)` once every release is in (they are combined
 by inverse-variance weights), with its estimate's method and bounds.
 
-The median (the 50th percentile) from the model is the quantiles work's
-(`MEDIAN`, `GET /quantiles`), not on this branch: `median` is printed as null.
+The median is the service's own answer to `SELECT MEDIAN(dep_delay)` (the model's
+counts over the bins; within the median's bin, the spread of the bin's measured mean,
+`app.sql.spread`), with the bin it lies in, against the true median; and, from the same
+counts, the median with each bin spread uniformly (as without within-bin means).
 
-Prints ONE JSON line.
+Prints ONE JSON line. (Not named numbers.py: a script's folder comes first on
+`sys.path`, and a bench/numbers.py hid the standard library's `numbers` from every
+other script here.)
 
-    .venv/bin/python bench/analyst_numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
+    .venv/bin/python bench/bin_numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -133,6 +137,11 @@ def main() -> None:
                 json={"query": 'SELECT AVG(dep_delay) AS mean FROM "delays"'},
                 headers=headers,
             ).json()
+            median = client.post(
+                f"/v1/datasets/{dataset_id}/sql",
+                json={"query": 'SELECT MEDIAN(dep_delay) AS median FROM "delays"'},
+                headers=headers,
+            ).json()
         counts = np.asarray(marginal["counts"], dtype=np.float64)
         with database.read_only() as session:
             releases = session.query(MeasurementRecord).filter_by(kind="within_bin_means").all()
@@ -146,13 +155,20 @@ def main() -> None:
     by_midpoints = float(counts @ ((lows + highs) / 2) / counts.sum())
     by_means = [float(counts @ means_from(lows, highs, s, counts) / counts.sum()) for s in sums]
     errors = [abs(v - truth) / abs(truth) for v in by_means]
+    true_median = float(np.median(columns["dep_delay"]))
+    answered_median = float(median["rows"][0][0])
+    from app.sql.quantiles import CodeIntervals, quantile
+
+    # The same counts, each bin spread uniformly (as without within-bin means).
+    uniform = quantile(counts, CodeIntervals(lows, highs, integer=False), 0.5)
+    uniform_median = float("nan") if uniform is None else uniform.value
     result: dict[str, Any] = {
         "bench": "numbers",
         "commit": commit(),
-        "command": "bench/analyst_numbers.py " + " ".join(sys.argv[1:]),
+        "command": "bench/bin_numbers.py " + " ".join(sys.argv[1:]),
         "rows": args.rows,
         "bins": DELAY_EDGES,
-        "truth": {"avg": round(truth, 4), "median": float(np.median(columns["dep_delay"]))},
+        "truth": {"avg": round(truth, 4), "median": round(true_median, 4)},
         "avg": {
             "midpoints": round(by_midpoints, 4),
             "midpoints_rel_error": round(abs(by_midpoints - truth) / abs(truth), 5),
@@ -164,8 +180,13 @@ def main() -> None:
             "answered_bounds": [round(b, 4) for b in answered["bounds"][0][0]],
             "answered_rel_error": round(abs(answered["rows"][0][0] - truth) / abs(truth), 5),
         },
-        "median": None,
-        "median_note": "model quantiles are the quantiles work's; not on this branch",
+        "median": {
+            "answered": round(answered_median, 4),
+            "bin": median["bins"][0][0],
+            "abs_error": round(abs(answered_median - true_median), 4),
+            "uniform_spread": round(uniform_median, 4),
+            "uniform_spread_abs_error": round(abs(uniform_median - true_median), 4),
+        },
         "rho_within_bin_means": args.rho,
         "rho_counts": args.rho_counts,
         "releases": len(sums),
