@@ -22,8 +22,8 @@ counts over the bins; within the median's bin, the spread of the bin's measured 
 counts, the median with each bin spread uniformly (as without within-bin means).
 
 Prints ONE JSON line. (Not named numbers.py: a script's folder comes first on
-`sys.path`, and a bench/numbers.py hid the standard library's `numbers` from every
-other script here.)
+`sys.path`, so a bench/numbers.py would hide the standard library's `numbers` from
+every other script here.)
 
     .venv/bin/python bench/bin_numbers.py [--rows 200000] [--rho 0.5] [--repeats 5]
 """
