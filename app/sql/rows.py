@@ -415,13 +415,19 @@ def build_table_json(
         else:
             bounds.append(_encoded_pairs(*(_encoded_numbers(end) for end in column.limits)))
     bounded = any(column.limits is not None for column in columns)
+    # null as a whole when no value has one (NaN: none), as `answer_sql`'s plain table
+    spread = any(
+        column.errors is not None and bool((column.errors == column.errors).any())
+        for column in columns
+    )
     if templates is not None:
         rows = templates[0] % _interleaved(cells)
-        spreads = templates[1] % _interleaved(errors)
-        # the same layout as the errors
+        # the bounds have the same layout as the errors
+        spreads = templates[1] % _interleaved(errors) if spread else b"null"
         ranges = templates[1] % _interleaved(bounds) if bounded else b"null"
     else:
-        rows, spreads = _joined_rows(cells, count), _joined_rows(errors, count)
+        rows = _joined_rows(cells, count)
+        spreads = _joined_rows(errors, count) if spread else b"null"
         ranges = _joined_rows(bounds, count) if bounded else b"null"
     return {
         "columns": [c.name for c in columns],

@@ -46,9 +46,9 @@ class SqlIn(RequestBody):
 class SqlOut(BaseModel):
     columns: list[str]
     rows: list[list[Any]] = Field(description="One list of values per row; NULL is null.")
-    standard_errors: list[list[float | None]] = Field(
+    standard_errors: list[list[float | None]] | None = Field(
         description="Per value: its standard error where measurements cover what it adds "
-        "up (COUNT and SUM), else null."
+        "up (COUNT and SUM), else null; null as a whole when no value has one."
     )
     bins: list[list[list[float] | None] | None] = Field(
         description="Per column: for MEDIAN, PERCENTILE_CONT, MIN and MAX, per row the "

@@ -219,7 +219,10 @@ def answer_sql(
         table = {
             "columns": built.columns,
             "rows": built.rows,
-            "standard_errors": built.errors,
+            # None as a whole when no value has one, as the bounds
+            "standard_errors": (
+                built.errors if any(e is not None for row in built.errors for e in row) else None
+            ),
             "bounds": built.bounds,
             "estimates": built.estimates,
             "bins": built.bins,
