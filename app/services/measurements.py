@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, cast
 
 import numpy as np
@@ -32,17 +30,17 @@ from sqlalchemy.orm import Session
 from app.db import Dataset, Job, MeasurementRecord, new_id
 from app.errors import InvalidRequest, LedgerInvariantViolated, RecordsPurged
 from app.ingest import pack_column, unpack_column
-from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
+from app.limits import MAX_NOISE_SCALE, format_limit
 from app.metrics import record_pending_measurement
 from app.pgm.domain import Domain
 from app.pgm.junction_tree import model_cells
 from app.pgm.measurement import Measurement
 from app.privacy import noise
-from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
+from app.privacy.accounting import BudgetOverspent
 from app.privacy.mechanisms.coarse import Coarse
 from app.services import jobs, ledger
 from app.services.pages import Page, page
-from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
+from app.services.rho import noise_for_request, units_to_rho
 
 NOISE_KINDS = ("gaussian", "laplace")
 MAX_MARGINALS_PER_REQUEST = 1000
@@ -248,32 +246,15 @@ def plan(
     )
     count = len(checked)
     scale_name = "sigma" if noise_kind == "gaussian" else "scale"
-    if (rho_units_total is None) == (scale is None):
-        raise InvalidRequest(f"give exactly one of rho or {scale_name}")
-    if rho_units_total is not None:
-        if not 0 < rho_units_total <= MAX_RHO_UNITS:
-            raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
-        units = rho_units_total
-        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), count, sensitivity)
-    else:
-        if not (
-            isinstance(scale, (int, float))
-            and math.isfinite(scale)
-            and MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE
-        ):
-            raise InvalidRequest(
-                f"{scale_name} must be a number with {format_limit(MIN_NOISE_SCALE)} ≤ "
-                f"{scale_name} ≤ {format_limit(MAX_NOISE_SCALE)}",
-                field=scale_name,
-            )
-        chosen = float(scale)
-        units = rho_units_ceil(exact_rho(noise_kind, chosen, count, sensitivity), field=scale_name)
-        if units > MAX_RHO_UNITS:
-            raise InvalidRequest(
-                f"{count} marginal(s) at {scale_name}={chosen} would cost more than "
-                f"rho={format_limit(MAX_RHO)}",
-                field=scale_name,
-            )
+    chosen, units = noise_for_request(
+        noise_kind,
+        rho_units_total,
+        scale,
+        count,
+        sensitivity,
+        max_scale=MAX_NOISE_SCALE,
+        items="marginal(s)",
+    )
     # The noise must be storable and fittable exactly (see app.limits); a ρ share this
     # small (for this sensitivity) cannot happen within the ρ, marginal and unit limits,
     # but a changed limit could.

@@ -27,8 +27,13 @@ from numbers import Real
 from typing import Literal
 
 from app.errors import InvalidRequest
-from app.limits import DEFAULT_MAX_DELTA, MAX_RHO, MIN_DELTA, format_limit
-from app.privacy.accounting import epsilon_from_rho, rho_from_epsilon
+from app.limits import DEFAULT_MAX_DELTA, MAX_RHO, MIN_DELTA, MIN_NOISE_SCALE, format_limit
+from app.privacy.accounting import (
+    epsilon_from_rho,
+    exact_rho,
+    rho_from_epsilon,
+    smallest_scale_for_rho,
+)
 
 RHO_UNIT_EXPONENT = 12
 UNITS_PER_RHO: int = 10**RHO_UNIT_EXPONENT
@@ -189,3 +194,49 @@ def units_to_decimal_str(units: int) -> str:
 def units_to_rho(units: int) -> float:
     """The nearest float, for JSON numbers (exact strings are given alongside)."""
     return float(units_to_decimal(units))
+
+
+def noise_for_request(
+    noise_kind: str,
+    rho_units_total: int | None,
+    scale: float | None,
+    count: int,
+    sensitivity: int,
+    *,
+    max_scale: float,
+    items: str,
+) -> tuple[float, int]:
+    """The noise scale and the charge (ledger units) of `count` equal releases at L1/L2
+    `sensitivity`, from exactly one of the charge (`rho_units_total`, split equally: the
+    smallest scale within it) and the scale (σ or b, at most `max_scale`; charged its exact
+    cost rounded up). 422 naming the field for anything else; `items` names what is
+    released in the messages ("marginal(s)")."""
+    scale_name = "sigma" if noise_kind == "gaussian" else "scale"
+    if (rho_units_total is None) == (scale is None):
+        raise InvalidRequest(f"give exactly one of rho or {scale_name}")
+    if rho_units_total is not None:
+        if not 0 < rho_units_total <= MAX_RHO_UNITS:
+            raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
+        chosen = smallest_scale_for_rho(
+            Fraction(rho_units_total, UNITS_PER_RHO), count, sensitivity
+        )
+        return chosen, rho_units_total
+    if not (
+        isinstance(scale, (int, float))
+        and math.isfinite(scale)
+        and MIN_NOISE_SCALE <= scale <= max_scale
+    ):
+        raise InvalidRequest(
+            f"{scale_name} must be a number with {format_limit(MIN_NOISE_SCALE)} ≤ "
+            f"{scale_name} ≤ {format_limit(max_scale)}",
+            field=scale_name,
+        )
+    chosen = float(scale)
+    units = rho_units_ceil(exact_rho(noise_kind, chosen, count, sensitivity), field=scale_name)
+    if units > MAX_RHO_UNITS:
+        raise InvalidRequest(
+            f"{count} {items} at {scale_name}={chosen} would cost more than "
+            f"rho={format_limit(MAX_RHO)}",
+            field=scale_name,
+        )
+    return chosen, units

@@ -33,7 +33,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, cast
 
 import numpy as np
@@ -44,12 +43,12 @@ from app.db import Dataset, DatasetColumn, MeasurementRecord
 from app.errors import Conflict, InvalidRequest
 from app.ingest import fraction_column
 from app.ingest.packing import unpack_column
-from app.limits import MAX_NOISE_SCALE, MAX_RHO, MIN_NOISE_SCALE, format_limit
+from app.limits import MAX_NOISE_SCALE
 from app.privacy import noise
-from app.privacy.accounting import BudgetOverspent, exact_rho, smallest_scale_for_rho
+from app.privacy.accounting import BudgetOverspent
 from app.schema import DatasetSchema
 from app.schema.within_bins import GRID, code_intervals, is_binned
-from app.services.rho import MAX_RHO_UNITS, UNITS_PER_RHO, rho_units_ceil, units_to_rho
+from app.services.rho import noise_for_request, units_to_rho
 
 KIND = "within_bin_means"
 JOB_KIND = "within_bin_means"
@@ -130,33 +129,15 @@ def plan(
         raise InvalidRequest(f"noise must be gaussian or laplace, not {noise_kind!r}")
     attributes = check_attributes(schema, names)
     count = len(attributes)
-    scale_name = "sigma" if noise_kind == "gaussian" else "scale"
-    if (rho_units_total is None) == (scale is None):
-        raise InvalidRequest(f"give exactly one of rho or {scale_name}")
-    if rho_units_total is not None:
-        if not 0 < rho_units_total <= MAX_RHO_UNITS:
-            raise InvalidRequest(f"rho must be positive and at most {format_limit(MAX_RHO)}")
-        units = rho_units_total
-        chosen = smallest_scale_for_rho(Fraction(units, UNITS_PER_RHO), count, sensitivity)
-    else:
-        if not (
-            isinstance(scale, (int, float))
-            and math.isfinite(scale)
-            and MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE / GRID
-        ):
-            raise InvalidRequest(
-                f"{scale_name} must be a number with {format_limit(MIN_NOISE_SCALE)} ≤ "
-                f"{scale_name} ≤ {format_limit(MAX_NOISE_SCALE / GRID)}",
-                field=scale_name,
-            )
-        chosen = float(scale)
-        units = rho_units_ceil(exact_rho(noise_kind, chosen, count, sensitivity), field=scale_name)
-        if units > MAX_RHO_UNITS:
-            raise InvalidRequest(
-                f"{count} attribute(s) at {scale_name}={chosen} would cost more than "
-                f"rho={format_limit(MAX_RHO)}",
-                field=scale_name,
-            )
+    chosen, units = noise_for_request(
+        noise_kind,
+        rho_units_total,
+        scale,
+        count,
+        sensitivity,
+        max_scale=MAX_NOISE_SCALE / GRID,
+        items="attribute(s)",
+    )
     if chosen * GRID > MAX_NOISE_SCALE:
         raise InvalidRequest(
             f"this ρ spread over {count} attribute(s) needs too much noise; give more ρ"
