@@ -18,7 +18,7 @@ another way), by the exact path's reader, slower and certain.
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -55,29 +55,33 @@ def csv_fractions(
         return {}
     rows = len(codes[names[0]])
     start = stream.tell()
-    numbers = _arrow_numbers(stream, names, rows)
-    if numbers is None:  # Arrow read it otherwise: the exact reader decides
-        stream.seek(start)
-        numbers = _exact_numbers(stream, schema, names, max_bytes, unit_column)
+    fractions = _arrow_fractions(stream, schema, names, codes, rows)
+    if fractions is not None:
+        return fractions
+    stream.seek(start)  # Arrow read it otherwise: the exact reader decides
+    numbers = _exact_numbers(stream, schema, names, max_bytes, unit_column)
     return {
         name: quantized_fractions(schema.attribute(name), numbers[name], codes[name])
         for name in names
     }
 
 
-def _arrow_numbers(stream: BinaryIO, names: list[str], rows: int) -> dict[str, np.ndarray] | None:
-    """The columns' numbers by Arrow's CSV reader (the cells as text, stripped, then
-    parsed as Python's float parses them), or None if Arrow does not read the file into
-    exactly `rows` rows with these columns."""
+def _arrow_fractions(
+    stream: BinaryIO,
+    schema: DatasetSchema,
+    names: list[str],
+    codes: dict[str, np.ndarray],
+    rows: int,
+) -> dict[str, np.ndarray] | None:
+    """The columns' fractions by Arrow's CSV reader, batch by batch (the numbers parsed as
+    Python's float parses them; memory a batch's numbers and the fractions), or None if
+    Arrow does not read the file into exactly `rows` rows with these columns."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from app.ingest.parquet import column_numbers
-
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    out = {name: np.zeros(rows, dtype=np.uint32) for name in names}
     read = 0
     try:
-        # Batch by batch: memory stays a batch's, not the file's.
         reader = pacsv.open_csv(
             stream,
             parse_options=pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
@@ -91,16 +95,32 @@ def _arrow_numbers(stream: BinaryIO, names: list[str], rows: int) -> dict[str, n
         if reader.schema.names != names:
             return None
         for batch in reader:
-            read += batch.num_rows
-            if read > rows:
+            if read + batch.num_rows > rows:
                 return None
-            for name in names:
-                parts[name].append(column_numbers(batch.column(name)))
+            _fill(out, schema, names, codes, batch, read)
+            read += batch.num_rows
     except (pa.ArrowException, ValueError, UnicodeDecodeError):
         return None
-    if read != rows:
-        return None
-    return {name: np.concatenate(found) if found else np.zeros(0) for name, found in parts.items()}
+    return out if read == rows else None
+
+
+def _fill(
+    out: dict[str, np.ndarray],
+    schema: DatasetSchema,
+    names: list[str],
+    codes: dict[str, np.ndarray],
+    batch: Any,
+    start: int,
+) -> None:
+    """One batch's fractions into `out` at rows start… (the codes of the same rows)."""
+    from app.ingest.parquet import column_numbers
+
+    end = start + batch.num_rows
+    for name in names:
+        numbers = column_numbers(batch.column(name))
+        out[name][start:end] = quantized_fractions(
+            schema.attribute(name), numbers, codes[name][start:end]
+        )
 
 
 def _exact_numbers(
@@ -130,16 +150,15 @@ def parquet_fractions(
     """The binned attributes' fractions of a Parquet file whose codes are `codes`."""
     import pyarrow.parquet as pq
 
-    from app.ingest.parquet import column_numbers
-
     names = binned_names(schema)
     if not names:
         return {}
     stream.seek(0)
-    table = pq.read_table(stream, columns=names)
-    return {
-        name: quantized_fractions(
-            schema.attribute(name), column_numbers(table.column(name)), codes[name]
-        )
-        for name in names
-    }
+    rows = len(codes[names[0]])
+    out = {name: np.zeros(rows, dtype=np.uint32) for name in names}
+    read = 0
+    # Batch by batch, in the file's row order (the codes' order): memory a batch's.
+    for batch in pq.ParquetFile(stream).iter_batches(columns=names):
+        _fill(out, schema, names, codes, batch, read)
+        read += batch.num_rows
+    return out
