@@ -153,7 +153,8 @@ def prepare_sql(
             raise too_large(error, "query") from None
         largest = max(largest, tree_plan.max_intermediate_cells)
         work += tree_plan.work
-    size = WorkSize(cells * max(len(plan.outputs), 1), largest, work)
+    # The numbers computed per group, as a marginal counts its cells (labels not counted).
+    size = WorkSize(cells * max(len(plan.aggregates), 1), largest, work)
     return PreparedSql(plan, queries, size, bound_queries)
 
 
@@ -177,6 +178,11 @@ def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
 
 
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
+    """Per aggregate, each group's standard error where measurements cover it; kept in the
+    plan, which `prepare_text` keeps per model version and text (read only)."""
+    kept = plan.cache.get("standard_errors")
+    if isinstance(kept, dict):
+        return kept
     errors: dict[int, np.ndarray] = {}
     for index, spec in enumerate(plan.aggregates):
         weights = sql.error_weights(plan, spec)
@@ -186,6 +192,7 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
         per_cell = standard_error(loaded, attributes).value
         if per_cell is not None:
             errors[index] = per_cell * np.sqrt(sums)
+    plan.cache["standard_errors"] = errors
     return errors
 
 
