@@ -44,6 +44,9 @@ MAX_EXACT_COUNT = 2**53
 MAX_QUERY_WEIGHT = 1e12
 # Original values on a numeric attribute's scale (range ends, numeric labels).
 MAX_COORDINATE = 1e15
+# Counts in answers (a marginal's cells, SQL's COUNT) are rounded to this many decimals:
+# thousandths of a record, far below any measurement's noise.
+COUNT_DECIMALS = 3
 # A JSON document sent as a form field (a schema, a privacy unit), in characters.
 MAX_JSON_FIELD_CHARS = 1 << 20
 # Request bodies: JSON nesting deeper than this is refused before it is parsed.

@@ -138,7 +138,9 @@ class RequestGuardMiddleware:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if json_depth(body) > self.max_json_depth:
+        # No deeper than its opening brackets: most bodies need no scan.
+        openers = body.count(b"[") + body.count(b"{")
+        if openers > self.max_json_depth and json_depth(body) > self.max_json_depth:
             response = error_response(
                 400,
                 "json_too_deep",

@@ -18,6 +18,7 @@ import numpy as np
 import orjson
 from cachetools import LRUCache
 
+from app.limits import COUNT_DECIMALS
 from app.sql.compile import SqlPlan
 from app.sql.cut_bounds import CutTotals, cut_bounds
 from app.sql.factored import group_cells, support
@@ -164,14 +165,21 @@ def _estimate(plan: SqlPlan, aggregate: int) -> str | None:
     return plan.codes[spec.attribute].estimate
 
 
-def _columns(
-    plan: SqlPlan,
-    totals: Totals,
-    standard_errors: Mapping[int, np.ndarray] | None,
-    cut: CutTotals | None,
-) -> tuple[list[_Column], int]:
-    """The output columns over the rows shown, and how many rows there are."""
-    errors = standard_errors or {}
+@dataclass(frozen=True)
+class _Layout:
+    """What a plan's rows are, whatever the model's numbers: the group cells shown (in
+    order), their codes per grouped attribute, and per aggregate which group cells hold
+    values of its attribute. Kept in the plan's cache (read only)."""
+
+    cells: np.ndarray
+    group_codes: list[np.ndarray]
+    has_value: list[np.ndarray]
+
+
+def _layout(plan: SqlPlan) -> _Layout:
+    kept = plan.cache.get("layout")
+    if isinstance(kept, _Layout):
+        return kept
     # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
     if plan.group:
         found = support(plan, None)
@@ -180,26 +188,46 @@ def _columns(
         cells = np.flatnonzero(found)
     else:
         cells = np.zeros(1, dtype=np.int64)
+    everywhere = np.ones(group_cells(plan), dtype=bool)
+    has_value = [
+        support(plan, spec.attribute)
+        if spec.attribute is not None and spec.function != "count"
+        else everywhere
+        for spec in plan.aggregates
+    ]
+    sizes = [plan.codes[name].size for name in plan.group]
+    group_codes = list(np.unravel_index(cells, sizes)) if plan.group else []
+    layout = _Layout(cells, group_codes, has_value)
+    plan.cache["layout"] = layout
+    return layout
+
+
+def _columns(
+    plan: SqlPlan,
+    totals: Totals,
+    standard_errors: Mapping[int, np.ndarray] | None,
+    cut: CutTotals | None,
+) -> tuple[list[_Column], int]:
+    """The output columns over the rows shown, and how many rows there are."""
+    errors = standard_errors or {}
+    layout = _layout(plan)
+    cells = layout.cells
     values: list[np.ndarray] = []
     spreads: list[np.ndarray | None] = []
     ends: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for index, spec in enumerate(plan.aggregates):
-        needs_values = spec.attribute is not None and spec.function != "count"
-        has_value = (
-            support(plan, spec.attribute)
-            if needs_values
-            else np.ones(group_cells(plan), dtype=bool)
-        )
+        has_value = layout.has_value[index]
         if spec.is_quantile:
             value, low, high = _quantiles(plan, spec, totals, cells, has_value)
             values.append(value)
             ends[index] = (low, high)
         else:
-            values.append(aggregate_values(spec, totals, has_value)[cells])
+            value = aggregate_values(spec, totals, has_value)[cells]
+            # Counts to thousandths of a record, as GET /marginals gives them.
+            values.append(np.round(value, COUNT_DECIMALS) if spec.function == "count" else value)
         spread = errors.get(index)
         spreads.append(spread[cells] if spread is not None else None)
-    sizes = [plan.codes[name].size for name in plan.group]
-    group_codes = list(np.unravel_index(cells, sizes)) if plan.group else []
+    group_codes = layout.group_codes
     kept = _kept_positions(plan, group_codes, values, spreads)
     # Only the rows shown need bounds (a variance's bounds take a search each).
     limits: dict[int, tuple[np.ndarray, np.ndarray]] = {}

@@ -35,8 +35,8 @@ bin labels such as "[18, 30)" or half-open ranges on bin edges, integer codes. E
 problem with a request is an `InvalidRequest` (422) naming the parameter or field.
 """
 
+from app.limits import COUNT_DECIMALS
 from app.services.answers.common import (
-    COUNT_DECIMALS,
     MAX_INFERENCE_CELLS,
     MAX_MOMENT_ORDER,
     MAX_QUERIES_PER_REQUEST,

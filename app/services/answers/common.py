@@ -23,8 +23,6 @@ MAX_QUERIES_PER_REQUEST = 1_000
 MAX_MOMENT_ORDER = 8
 MAX_SYNTHETIC_ROWS = 10_000_000
 SYNTHETIC_CHUNK_ROWS = 20_000
-# Marginal counts are rounded to this many decimals (thousandths of a record).
-COUNT_DECIMALS = 3
 
 
 class TooManyCells(InvalidRequest, code="too_many_cells"):

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from cachetools import LRUCache
 
+from app.limits import COUNT_DECIMALS
 from app.pgm.elimination import InferenceTooLarge
 from app.schema import DatasetSchema
 from app.services.answers.common import (
-    COUNT_DECIMALS,
     MAX_INFERENCE_CELLS,
     TooManyCells,
     WorkSize,
