@@ -82,9 +82,14 @@ class SqlPlan:
     # A bound plan: its aggregated attributes' sums add Σ min(low, 0) and Σ max(high, 0)
     # (a cut bin's records counted or not) to their edge rows.
     clipped_edges: bool = False
-    # A plan's own keys for what answering keeps per plan (a plan is kept per model
-    # version and text): `rows` keeps its rows' templates under cache["token"].
+    # What answering keeps with a plan (a plan is kept per model version and text): its
+    # `token`, the key of what is kept for it in caches bounded by their bytes.
     cache: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def token(self) -> object:
+        """This plan's key in caches outside it: a plan that is gone never matches another."""
+        return self.cache.setdefault("token", object())
 
     @property
     def approximate(self) -> bool:

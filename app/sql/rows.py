@@ -169,16 +169,29 @@ def _estimate(plan: SqlPlan, aggregate: int) -> str | None:
 class _Layout:
     """What a plan's rows are, whatever the model's numbers: the group cells shown (in
     order), their codes per grouped attribute, and per aggregate which group cells hold
-    values of its attribute. Kept in the plan's cache (read only)."""
+    values of its attribute (read only)."""
 
     cells: np.ndarray
     group_codes: list[np.ndarray]
     has_value: list[np.ndarray]
 
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.cells, *self.group_codes, *self.has_value]
+        return sum(array.nbytes for array in arrays)
+
+
+# Layouts by plan token, bounded by the bytes they hold (a GROUP BY may have 10⁶ groups).
+_LAYOUTS: LRUCache[object, _Layout] = LRUCache(
+    maxsize=32 * 1024 * 1024, getsizeof=lambda layout: layout.nbytes
+)
+_LAYOUTS_LOCK = threading.Lock()
+
 
 def _layout(plan: SqlPlan) -> _Layout:
-    kept = plan.cache.get("layout")
-    if isinstance(kept, _Layout):
+    with _LAYOUTS_LOCK:
+        kept = _LAYOUTS.get(plan.token)
+    if kept is not None:
         return kept
     # Without GROUP BY there is one row, even over no rows at all (COUNT 0, SUM NULL).
     if plan.group:
@@ -198,7 +211,8 @@ def _layout(plan: SqlPlan) -> _Layout:
     sizes = [plan.codes[name].size for name in plan.group]
     group_codes = list(np.unravel_index(cells, sizes)) if plan.group else []
     layout = _Layout(cells, group_codes, has_value)
-    plan.cache["layout"] = layout
+    with _LAYOUTS_LOCK, contextlib.suppress(ValueError):  # larger than the whole cache
+        _LAYOUTS[plan.token] = layout
     return layout
 
 
@@ -322,7 +336,7 @@ def _rows(columns: Sequence[Sequence[object]], count: int) -> list[list[Any]]:
 
 # ---- the same table as JSON, column by column -------------------------------------------
 
-# Row templates by plan (a token the plan keeps, so a plan that is gone never matches
+# Row templates by plan token (`SqlPlan.token`: a plan that is gone never matches
 # another), bounded by the bytes they hold.
 _TEMPLATES: LRUCache[tuple[object, int, int], tuple[bytes, bytes]] = LRUCache(
     maxsize=64 * 1024 * 1024, getsizeof=lambda templates: len(templates[0]) + len(templates[1])
@@ -373,7 +387,7 @@ def _templates(
     """The rows' JSON and the standard errors' JSON with the leading group labels (the
     same on every answer of the plan) written in, and a `%s` per other cell: kept per
     plan, so an answer only formats its numbers into them."""
-    key = (plan.cache.setdefault("token", object()), leading, count)
+    key = (plan.token, leading, count)
     with _TEMPLATES_LOCK:
         found = _TEMPLATES.get(key)
     if found is not None:

@@ -50,3 +50,26 @@ def test_count_of_a_categorical_attribute_counts_its_values(model):
     counted = answer(model, "SELECT COUNT(region) FROM people")["rows"][0][0]
     present = answer(model, "SELECT COUNT(*) FROM people WHERE region IS NOT NULL")["rows"][0][0]
     assert counted == pytest.approx(present)
+
+
+@pytest.mark.parametrize("text", QUERIES[1:4])
+def test_what_is_kept_per_plan_is_bounded_by_its_bytes_and_changes_nothing(
+    model, text, monkeypatch
+):
+    from cachetools import LRUCache
+
+    from app.services.answers import sql as sql_service
+    from app.sql import rows
+
+    prepared = prepare_text(model, text, table_names=NAMES, max_cells=1_000_000)
+    first = sql_json(answer_sql(model, prepared, encoded=True))
+    layout = rows._LAYOUTS.get(prepared.plan.token)
+    assert layout is not None and layout.nbytes > 0
+    assert prepared.plan.token in sql_service._errors
+    # caches too small to hold any of it: nothing is kept, the answer is the same
+    for name, cache in (("_LAYOUTS", rows), ("_TEMPLATES", rows), ("_errors", sql_service)):
+        monkeypatch.setattr(cache, name, LRUCache(maxsize=1, getsizeof=lambda _: 2))
+    again = prepare_text(model, text + " ", table_names=NAMES, max_cells=1_000_000)
+    assert again.plan.token is not prepared.plan.token
+    assert sql_json(answer_sql(model, again, encoded=True)) == first
+    assert len(rows._LAYOUTS) == len(rows._TEMPLATES) == len(sql_service._errors) == 0

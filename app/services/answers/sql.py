@@ -12,6 +12,7 @@ estimator, as GET /marginals reports it).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -177,11 +178,20 @@ def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
     return dataclasses.replace(plan, codes=codes, pieces=pieces)
 
 
+# Standard errors by plan token (a plan is kept per model version and text), bounded by
+# the bytes they hold: a GROUP BY may have 10⁶ groups.
+_errors: LRUCache[object, dict[int, np.ndarray]] = LRUCache(
+    maxsize=32 * 1024 * 1024,
+    getsizeof=lambda errors: sum(array.nbytes for array in errors.values()) + 64,
+)
+_errors_lock = threading.Lock()
+
+
 def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray]:
-    """Per aggregate, each group's standard error where measurements cover it; kept in the
-    plan, which `prepare_text` keeps per model version and text (read only)."""
-    kept = plan.cache.get("standard_errors")
-    if isinstance(kept, dict):
+    """Per aggregate, each group's standard error where measurements cover it (read only)."""
+    with _errors_lock:
+        kept = _errors.get(plan.token)
+    if kept is not None:
         return kept
     errors: dict[int, np.ndarray] = {}
     for index, spec in enumerate(plan.aggregates):
@@ -192,7 +202,8 @@ def _standard_errors(loaded: LoadedModel, plan: SqlPlan) -> dict[int, np.ndarray
         per_cell = standard_error(loaded, attributes).value
         if per_cell is not None:
             errors[index] = per_cell * np.sqrt(sums)
-    plan.cache["standard_errors"] = errors
+    with _errors_lock, contextlib.suppress(ValueError):  # larger than the whole cache
+        _errors[plan.token] = errors
     return errors
 
 
