@@ -37,11 +37,12 @@ bootstrap interval.
 
     .venv/bin/pip install -e '.[bench]'   # opendp[mbi] (mbi, jax), statsmodels, ...
     .venv/bin/pip install --no-deps smartnoise-synth==1.0.8 smartnoise-sql==1.0.10 \\
-        antlr4-python3-runtime==4.9.3 graphviz Faker 'disjoint-set<0.10'
+        antlr4-python3-runtime==4.9.3 graphviz Faker 'disjoint-set<0.10' PyYAML
     .venv/bin/python bench/peers.py --tables small-n,penguins --seeds 3
 
 (SmartNoise Synth pins opendp < 0.15 and opacus/torch for its other synthesizers; its
-AIM needs neither, hence `--no-deps`.)
+AIM needs neither, hence `--no-deps`; smartnoise-sql imports PyYAML, which `.[bench]`
+does not bring.)
 """
 
 from __future__ import annotations
