@@ -175,7 +175,7 @@ def _with_bin_values(loaded: LoadedModel, plan: SqlPlan) -> SqlPlan:
         codes[name] = dataclasses.replace(codes[name], values=values)
         if name in pieces:
             pieces[name] = pieces[name].respread(codes[name].intervals)
-    return dataclasses.replace(plan, codes=codes, pieces=pieces)
+    return dataclasses.replace(plan, codes=codes, pieces=pieces, cache={})
 
 
 # Standard errors by plan token (a plan is kept per model version and text), bounded by
